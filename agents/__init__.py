@@ -1,0 +1,23 @@
+"""IMPALA agents (TF2 / Sonnet 2): torsos, LSTM core, policy heads.
+
+Public API:
+  make_agent(env_spec, network='auto', core_size=256, separate_critic=False,
+             seed=0, ...) -> Agent
+  Agent.initial_state(batch_size), Agent.step(env_output, prev_action, state),
+  Agent.unroll(prev_actions, env_outputs, state), Agent.critic_variables,
+  Agent.policy_variables, Agent.rng.
+  NETWORKS, MASKED_LOGIT.
+
+Modules: `agent` (Agent, make_agent), `torsos` (observation encoders),
+`heads` (policy heads, masking, sampling), `cores` (resetting core),
+`initializers` (seeded weight init).
+"""
+
+from agents.agent import Agent
+from agents.agent import make_agent
+from agents.agent import NETWORKS
+from agents.agent import resolve_network
+from agents.heads import MASKED_LOGIT
+
+__all__ = ['Agent', 'make_agent', 'NETWORKS', 'resolve_network',
+           'MASKED_LOGIT']

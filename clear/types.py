@@ -114,3 +114,22 @@ class EnvSpec(NamedTuple):
 
 
 STEP_MUL_KEY = 'step_mul'
+
+
+class Unroll(NamedTuple):
+  """A trajectory cut by an actor, as stored in replay and fed to learners.
+
+  T is the unroll length; entries are `[T + 1, ...]` for one trajectory or
+  `[T + 1, B, ...]` for a batch (time-major), the first step repeating the
+  previous unroll's last one.
+
+  Attributes:
+    agent_state: the agent's recurrent state before it processed
+      `env_outputs[0]` (`[...]` or `[B, ...]` nest, no time dim).
+    env_outputs: `StepOutput` over time.
+    agent_outputs: `AgentOutput` over time, as the actor's behaviour policy
+      produced them (behaviour logits, baselines, executed actions).
+  """
+  agent_state: object
+  env_outputs: StepOutput
+  agent_outputs: AgentOutput

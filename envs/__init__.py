@@ -1,0 +1,12 @@
+"""Environments for clear: Atari (ALE), gymnasium and StarCraft II.
+
+`envs.make('atari:Pong', num_envs=8, seed=0)` returns a batched,
+auto-resetting environment whose `reset`/`step` return
+`clear.types.StepOutput`s of `[B, ...]` numpy arrays; see `envs.registry`
+and `envs.batched`.
+"""
+
+from envs.batched import BatchedEnv
+from envs.registry import make
+
+__all__ = ['BatchedEnv', 'make']

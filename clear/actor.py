@@ -1,0 +1,109 @@
+"""An actor: steps a batched environment with a policy and cuts unrolls.
+
+T is the unroll length, B the number of environments the actor steps
+together. Each `collect` returns B unrolls of T + 1 steps, time-major
+`[T + 1, B, ...]`, whose first step repeats the previous unroll's last one,
+together with the recurrent state the policy had before that first step and
+the episodes that finished meanwhile.
+"""
+
+from typing import List, NamedTuple
+
+import numpy as np
+import tree
+
+from clear import policy as policy_lib
+from clear import types
+
+
+class Episode(NamedTuple):
+  """A finished episode, for logging."""
+  episode_return: float
+  episode_step: int
+  episode_frames: int
+  truncated: bool
+
+
+class Trajectories(NamedTuple):
+  """What one `collect` returns.
+
+  Attributes:
+    unroll: `types.Unroll`, time-major `[T + 1, B, ...]`; agent state `[B]`.
+    episodes: `Episode`s that finished during the unroll.
+    weights_version: version of the weights the policy acted with.
+    actor_id: which actor produced it.
+  """
+  unroll: types.Unroll
+  episodes: List[Episode]
+  weights_version: int
+  actor_id: int
+
+
+def finished_episodes(env_output: types.StepOutput) -> List[Episode]:
+  """Episodes whose last transition is in `env_output` (done rows)."""
+  info = env_output.info
+  return [Episode(float(info.episode_return[i]), int(info.episode_step[i]),
+                  int(info.episode_frames[i]), bool(env_output.truncated[i]))
+          for i in np.flatnonzero(env_output.done)]
+
+
+def stack_time(steps):
+  """A list of `[B, ...]` nests -> one `[T, B, ...]` nest."""
+  return tree.map_structure(lambda *x: np.stack(x), *steps)
+
+
+class Actor:
+  """Cuts overlapping unrolls of `unroll_length` steps from a batched env.
+
+  Args:
+    env: a batched environment from `envs.make`.
+    policy: a `policy.Policy` (acting side).
+    unroll_length: T.
+    actor_id: identifies the actor in its `Trajectories`.
+  """
+
+  def __init__(self, env, policy: policy_lib.Policy, unroll_length: int,
+               actor_id: int = 0):
+    if unroll_length < 1:
+      raise ValueError(f'Actor: unroll_length must be >= 1, got '
+                       f'{unroll_length}.')
+    self._env = env
+    self._policy = policy
+    self._unroll_length = unroll_length
+    self.actor_id = actor_id
+    self.weights_version = -1
+    self.reset()
+
+  def reset(self):
+    """Starts fresh episodes with a fresh recurrent state."""
+    batch_size = self._env.num_envs
+    self._env_output = self._env.reset()
+    self._agent_output = policy_lib.zero_agent_output(self._policy.spec,
+                                                      batch_size)
+    self._state = self._policy.initial_state(batch_size)
+
+  def set_weights(self, weights, version: int):
+    self._policy.set_weights(weights)
+    self.weights_version = version
+
+  def collect(self) -> Trajectories:
+    """Acts T steps and returns the unroll that covers them."""
+    initial_state = self._state
+    env_outputs = [self._env_output]
+    agent_outputs = [self._agent_output]
+    episodes = []
+    for _ in range(self._unroll_length):
+      agent_output, self._state = self._policy.act(
+          self._env_output, self._agent_output.action, self._state)
+      self._env_output = self._env.step(agent_output.action)
+      self._agent_output = agent_output
+      env_outputs.append(self._env_output)
+      agent_outputs.append(agent_output)
+      if self._env_output.done.any():
+        episodes.extend(finished_episodes(self._env_output))
+    unroll = types.Unroll(initial_state, stack_time(env_outputs),
+                          stack_time(agent_outputs))
+    return Trajectories(unroll, episodes, self.weights_version, self.actor_id)
+
+  def close(self):
+    self._env.close()

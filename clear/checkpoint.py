@@ -1,0 +1,128 @@
+"""Checkpoints: `tf.train.Checkpoint` files, written atomically, restored strictly.
+
+A run's checkpoint holds every trackable the algorithm names (weights,
+optimizer slots, counters, learning rate, the agent's sampling RNG) plus the
+run phase. `tf.train.CheckpointManager` writes the data files first and then
+replaces the small `checkpoint` index file, so a kill during a write leaves
+the previous checkpoint as the latest readable one.
+
+Next to the checkpoints, `run.json` records what the checkpoint was made
+for (env, algorithm, network); resuming into something else fails with one
+clear message instead of a shape error deep in TensorFlow. Nothing in a
+logdir is ever unpickled: checkpoints are TF's own format and the rest JSON.
+"""
+
+import json
+import logging
+import os
+from typing import Dict, Optional
+
+import tensorflow as tf
+
+RUN_FILE = 'run.json'
+
+
+class CheckpointError(ValueError):
+  """A checkpoint cannot be restored into this run."""
+
+
+def check_run_identity(directory: str, identity: Dict[str, object]):
+  """Writes `identity` on a new run; on resume checks it did not change.
+
+  Raises:
+    CheckpointError: naming the fields that differ.
+  """
+  os.makedirs(directory, exist_ok=True)
+  path = os.path.join(directory, RUN_FILE)
+  if os.path.exists(path):
+    try:
+      with open(path) as f:
+        saved = json.load(f)
+    except (OSError, ValueError) as e:
+      raise CheckpointError(f'{path} is unreadable ({e}); move it away or '
+                            'use a new --logdir.') from e
+    diffs = {k: (saved.get(k), v) for k, v in identity.items()
+             if saved.get(k) != v}
+    if diffs:
+      described = ', '.join(f'{k}: checkpoint has {a!r}, flags say {b!r}'
+                            for k, (a, b) in sorted(diffs.items()))
+      raise CheckpointError(
+          f'The logdir {directory} holds a run made with other settings '
+          f'({described}). Use a new --logdir or the original flags.')
+    return
+  tmp = path + '.tmp'
+  with open(tmp, 'w') as f:
+    json.dump(identity, f, indent=2, sort_keys=True)
+  os.replace(tmp, path)
+
+
+class Checkpointer:
+  """Saves and restores a dict of trackables under `directory`.
+
+  Args:
+    directory: where checkpoint files go.
+    trackables: name -> `tf.Module` / `tf.Variable` / optimizer.
+    max_to_keep: checkpoints kept on disk.
+  """
+
+  def __init__(self, directory: str, trackables: Dict[str, object],
+               max_to_keep: int = 3):
+    self.directory = directory
+    self._checkpoint = tf.train.Checkpoint(**trackables)
+    self._manager = tf.train.CheckpointManager(
+        self._checkpoint, directory, max_to_keep=max_to_keep)
+
+  @property
+  def latest(self) -> Optional[str]:
+    return self._manager.latest_checkpoint
+
+  def restore_latest(self) -> Optional[str]:
+    """Restores the latest checkpoint, if any; returns its path.
+
+    Every object that exists now must find its values in the checkpoint
+    (objects created later, such as optimizer slots, are restored when they
+    are created).
+
+    Raises:
+      CheckpointError: the checkpoint is corrupt or belongs to another model.
+    """
+    path = self._manager.latest_checkpoint
+    if path is None:
+      return None
+    try:
+      status = self._checkpoint.restore(path)
+      status.assert_existing_objects_matched()
+    except (tf.errors.OpError, AssertionError, ValueError) as e:
+      raise CheckpointError(
+          f'Cannot restore {path}: it is corrupt or was written for a '
+          f'different network or algorithm ({type(e).__name__}: '
+          f'{str(e).splitlines()[0][:300]}).') from e
+    logging.info('Restored checkpoint %s', path)
+    return path
+
+  def save(self) -> str:
+    path = self._manager.save()
+    logging.info('Saved checkpoint %s', path)
+    return path
+
+
+def restore_agent_only(directory: str, agent) -> str:
+  """Restores just the agent's weights from a run's latest checkpoint.
+
+  Used by test mode and for explicit partial restores; other objects in the
+  checkpoint (optimizers, counters) are ignored on purpose.
+
+  Raises:
+    CheckpointError: no checkpoint, or one for a different network.
+  """
+  path = tf.train.latest_checkpoint(directory)
+  if path is None:
+    raise CheckpointError(f'No checkpoint in {directory}; train first.')
+  try:
+    status = tf.train.Checkpoint(agent=agent).restore(path)
+    status.assert_existing_objects_matched()
+    status.expect_partial()
+  except (tf.errors.OpError, AssertionError, ValueError) as e:
+    raise CheckpointError(f'Cannot restore the agent from {path}: '
+                          f'{str(e).splitlines()[0][:300]}') from e
+  return path

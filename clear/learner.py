@@ -1,0 +1,393 @@
+"""The IMPALA-CLEAR train step and the critic-pretraining step.
+
+A learner owns an agent, its optimizers and the run's counters. Its `step`
+takes a batch of unrolls (`clear.types.Unroll` with `[T + 1, B, ...]`
+entries), re-unrolls the agent over it, aligns the agent's outputs with the
+actor's (shift by one, bootstrap from the last baseline), computes
+`losses.impala_clear_loss`, clips gradients by global norm and applies them.
+`critic_step` fits the critic alone to discounted returns.
+
+The first `num_replay` batch columns are replayed unrolls: they contribute to
+the loss like fresh ones and to the cloning terms, but never to the frame
+count. Non-finite losses or gradients skip the update (counted in
+`num_skipped_steps`), so a poisoned batch never reaches the weights.
+"""
+
+from typing import NamedTuple
+
+import sonnet as snt
+import tensorflow as tf
+import tree
+
+from clear import losses
+from clear import types
+
+OPTIMIZERS = ('adam', 'rmsprop')
+
+
+class LearnerConfig(NamedTuple):
+  """Hyperparameters of the IMPALA-CLEAR learner (defaults: CLEAR paper).
+
+  Attributes:
+    batch_size: unrolls per batch, replayed ones included.
+    num_replay: leading batch columns that come from replay.
+    unroll_length: T, agent steps per unroll.
+    total_environment_frames: frames over which the learning rate decays
+      linearly to zero.
+    discounting: discount factor gamma.
+    reward_clipping: a `losses.clip_rewards` mode.
+    reward_scaling: rewards are multiplied by this before clipping.
+    baseline_cost, entropy_cost, policy_cloning_cost, value_cloning_cost:
+      loss weights.
+    clip_grad_norm: global-norm threshold for the gradients (0 = off).
+    clip_advantage: zero negative advantages in the policy gradient.
+    learning_rate: initial learning rate.
+    optimizer: 'adam' or 'rmsprop' (IMPALA's choice).
+    adam_beta1, adam_beta2, adam_epsilon: Adam parameters.
+    rmsprop_decay, rmsprop_momentum, rmsprop_epsilon: RMSProp parameters.
+    fixed_step_mul: whether the step multiplier is constant.
+    step_mul: frames per agent step when `fixed_step_mul`.
+    jit_compile: compile the forward and backward pass with XLA.
+  """
+  batch_size: int = 32
+  num_replay: int = 16
+  unroll_length: int = 20
+  total_environment_frames: int = int(1e9)
+  discounting: float = 0.99
+  reward_clipping: str = 'abs_one'
+  reward_scaling: float = 1.0
+  baseline_cost: float = 0.5
+  entropy_cost: float = 0.01
+  policy_cloning_cost: float = 0.01
+  value_cloning_cost: float = 0.005
+  clip_grad_norm: float = 40.0
+  clip_advantage: bool = False
+  learning_rate: float = 6e-4
+  optimizer: str = 'adam'
+  adam_beta1: float = 0.9
+  adam_beta2: float = 0.999
+  adam_epsilon: float = 1e-8
+  rmsprop_decay: float = 0.99
+  rmsprop_momentum: float = 0.0
+  rmsprop_epsilon: float = 0.1
+  fixed_step_mul: bool = True
+  step_mul: int = 1
+  jit_compile: bool = False
+
+
+def validate_config(config: LearnerConfig):
+  """Raises ValueError with one clear message for impossible settings."""
+  if config.batch_size < 1:
+    raise ValueError(f'batch_size must be >= 1, got {config.batch_size}.')
+  if not 0 <= config.num_replay < config.batch_size:
+    raise ValueError(
+        f'num_replay must be in [0, batch_size={config.batch_size}) so that '
+        f'every batch holds fresh unrolls, got {config.num_replay}.')
+  if config.unroll_length < 1:
+    raise ValueError(
+        f'unroll_length must be >= 1, got {config.unroll_length}.')
+  if config.total_environment_frames < 1:
+    raise ValueError('total_environment_frames must be >= 1, got '
+                     f'{config.total_environment_frames}.')
+  if config.optimizer not in OPTIMIZERS:
+    raise ValueError(f'optimizer must be one of {OPTIMIZERS}, got '
+                     f'{config.optimizer!r}.')
+  if config.step_mul < 1:
+    raise ValueError(f'step_mul must be >= 1, got {config.step_mul}.')
+  if not 0.0 <= config.discounting <= 1.0:
+    raise ValueError(
+        f'discounting must be in [0, 1], got {config.discounting}.')
+
+
+def make_optimizer(config: LearnerConfig, learning_rate: tf.Variable):
+  """The Sonnet optimizer named by `config.optimizer`."""
+  if config.optimizer == 'adam':
+    return snt.optimizers.Adam(learning_rate, beta1=config.adam_beta1,
+                               beta2=config.adam_beta2,
+                               epsilon=config.adam_epsilon)
+  return snt.optimizers.RMSProp(learning_rate, decay=config.rmsprop_decay,
+                                momentum=config.rmsprop_momentum,
+                                epsilon=config.rmsprop_epsilon)
+
+
+class AlignedBatch(NamedTuple):
+  """A batch with learner and actor outputs aligned, all `[T, B]` nests.
+
+  `target` are the learner's outputs at `env_outputs[t]`; `behaviour` the
+  actor's outputs at the same observations; `rewards`, `done`, `truncated`
+  describe the transition that followed. `bootstrap_value` is `[B]`.
+  """
+  target: types.AgentOutput
+  behaviour: types.AgentOutput
+  rewards: tf.Tensor
+  done: tf.Tensor
+  truncated: tf.Tensor
+  bootstrap_value: tf.Tensor
+
+
+def align(learner_outputs, batch: types.Unroll) -> AlignedBatch:
+  """Shifts a re-unrolled batch so every `[t]` entry describes one transition.
+
+  T is the unroll length, B the batch size. `learner_outputs[t]` were computed
+  at `env_outputs[t]`; the actor's `agent_outputs[t + 1]` hold the behaviour
+  policy's outputs at that same observation and the action taken there, and
+  `env_outputs[t + 1]` the reward and episode end that followed.
+
+  Args:
+    learner_outputs: `AgentOutput` of `[T + 1, B, ...]` from `agent.unroll`.
+    batch: `Unroll` of `[T + 1, B, ...]`.
+
+  Returns:
+    `AlignedBatch` of `[T, B, ...]` entries; bootstrap value `[B]`.
+  """
+  shift = lambda t: t[1:]
+  env = tree.map_structure(shift, batch.env_outputs)
+  return AlignedBatch(
+      target=tree.map_structure(lambda t: t[:-1], learner_outputs),
+      behaviour=tree.map_structure(shift, batch.agent_outputs),
+      rewards=tf.cast(env.reward, tf.float32),
+      done=tf.cast(env.done, tf.bool),
+      truncated=tf.cast(env.truncated, tf.bool),
+      bootstrap_value=learner_outputs.baseline[-1])
+
+
+def transition_discounts(done, truncated, discounting):
+  """`[T, B]` discounts: 0 after a termination, gamma otherwise.
+
+  A truncated episode (time limit, env crash) keeps its discount: cutting it
+  to zero would teach the critic that the episode really ended there.
+  """
+  terminated = tf.logical_and(done, tf.logical_not(truncated))
+  return tf.cast(tf.logical_not(terminated), tf.float32) * discounting
+
+
+def frames_in_batch(batch: types.Unroll, num_replay: int,
+                    config: LearnerConfig):
+  """Environment frames the fresh (non-replay) columns of `batch` consumed.
+
+  T is the unroll length, B the batch size; `batch` entries are
+  `[T + 1, B, ...]` and the first `num_replay` columns are replayed. With a
+  fixed multiplier: T x fresh columns x step_mul. With dynamic ones: the sum
+  of (m + 1) over the multipliers m the actors actually executed, read from
+  the behaviour actions, never from the learner's re-sampling.
+  """
+  if config.fixed_step_mul:
+    reward = batch.env_outputs.reward
+    fresh = (reward.shape[1] or tf.shape(reward)[1]) - num_replay
+    return tf.cast(config.unroll_length * fresh * config.step_mul, tf.int64)
+  executed = batch.agent_outputs.action[types.STEP_MUL_KEY][1:, num_replay:]
+  return tf.reduce_sum(tf.cast(executed, tf.int64) + 1)
+
+
+def _discrete_heads(aligned: AlignedBatch):
+  """Target logits, behaviour logits and actions for every discrete head."""
+  names = sorted(aligned.target.logits)
+  return ({k: aligned.target.logits[k] for k in names},
+          {k: aligned.behaviour.logits[k] for k in names},
+          {k: aligned.behaviour.action[k] for k in names})
+
+
+def _all_finite(loss, grad_norm):
+  return tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(grad_norm))
+
+
+class ImpalaClearLearner(snt.Module):
+  """IMPALA with CLEAR replay: V-trace plus policy and value cloning.
+
+  Attributes:
+    agent: the agent being trained (an `agents.Agent`-like module with
+      `unroll`, `critic_variables` and `trainable_variables`).
+    config: `LearnerConfig`.
+    learning_rate: variable, decayed linearly to 0 over total frames.
+    num_env_frames, num_steps, num_skipped_steps: int64 counters.
+    optimizer, critic_optimizer: Sonnet optimizers of the main phase and of
+      critic pretraining.
+  """
+
+  def __init__(self, agent, config: LearnerConfig, name='impala_clear'):
+    super().__init__(name=name)
+    validate_config(config)
+    self.agent = agent
+    self.config = config
+    self.learning_rate = tf.Variable(config.learning_rate, dtype=tf.float32,
+                                     trainable=False, name='learning_rate')
+    self.num_env_frames = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                      name='num_env_frames')
+    self.num_steps = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                 name='num_steps')
+    self.num_skipped_steps = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                         name='num_skipped_steps')
+    self.optimizer = make_optimizer(config, self.learning_rate)
+    self.critic_optimizer = make_optimizer(config, self.learning_rate)
+    self._grads_fn = tf.function(self._loss_and_grads,
+                                 jit_compile=config.jit_compile)
+    self._critic_grads_fn = tf.function(self._critic_loss_and_grads,
+                                        jit_compile=config.jit_compile)
+    self.step = tf.function(self._step)
+    self.critic_step = tf.function(self._critic_step)
+
+  # --- Shared pieces -------------------------------------------------------
+
+  def _prepare(self, batch: types.Unroll):
+    learner_outputs, _ = self.agent.unroll(batch.agent_outputs.action,
+                                           batch.env_outputs,
+                                           batch.agent_state)
+    aligned = align(learner_outputs, batch)
+    rewards = losses.clip_rewards(aligned.rewards * self.config.reward_scaling,
+                                  self.config.reward_clipping)
+    discounts = transition_discounts(aligned.done, aligned.truncated,
+                                     self.config.discounting)
+    return aligned, rewards, discounts
+
+  def _decay_learning_rate(self):
+    progress = tf.cast(self.num_env_frames, tf.float32) / float(
+        self.config.total_environment_frames)
+    self.learning_rate.assign(self.config.learning_rate *
+                              tf.maximum(0.0, 1.0 - progress))
+
+  def _clip(self, grads):
+    norm = tf.linalg.global_norm(grads)
+    if self.config.clip_grad_norm > 0:
+      grads, _ = tf.clip_by_global_norm(grads, self.config.clip_grad_norm,
+                                        use_norm=norm)
+    return grads, norm
+
+  @snt.no_name_scope
+  def _apply_if_finite(self, optimizer, grads, variables, loss, grad_norm,
+                       frames):
+    """Applies `grads` and counts frames, or skips a non-finite update."""
+    finite = _all_finite(loss, grad_norm)
+
+    def apply():
+      self._decay_learning_rate()
+      optimizer.apply(grads, variables)
+      self.num_env_frames.assign_add(frames)
+      self.num_steps.assign_add(1)
+      return tf.constant(False)
+
+    def skip():
+      self.num_skipped_steps.assign_add(1)
+      return tf.constant(True)
+
+    return tf.cond(finite, apply, skip)
+
+  # --- Main IMPALA-CLEAR phase --------------------------------------------
+
+  def _loss_and_grads(self, batch: types.Unroll):
+    with tf.GradientTape() as tape:
+      aligned, rewards, discounts = self._prepare(batch)
+      target_logits, behaviour_logits, actions = _discrete_heads(aligned)
+      loss, extra = losses.impala_clear_loss(
+          target_logits=target_logits,
+          behaviour_logits=behaviour_logits,
+          actions=actions,
+          values=aligned.target.baseline,
+          bootstrap_value=aligned.bootstrap_value,
+          behaviour_values=aligned.behaviour.baseline,
+          rewards=rewards,
+          discounts=discounts,
+          num_replay=self.config.num_replay,
+          baseline_cost=self.config.baseline_cost,
+          entropy_cost=self.config.entropy_cost,
+          policy_cloning_cost=self.config.policy_cloning_cost,
+          value_cloning_cost=self.config.value_cloning_cost,
+          clip_advantage=self.config.clip_advantage)
+    variables = self.agent.trainable_variables  # Built by the unroll.
+    grads = tape.gradient(loss, variables)
+    grads = [tf.zeros_like(v) if g is None else g
+             for g, v in zip(grads, variables)]
+    grads, grad_norm = self._clip(grads)
+    steps = tf.cast(tf.size(rewards), tf.float32)
+    metrics = {
+        'loss/total': loss,
+        'loss/policy_gradient': extra.policy_gradient,
+        'loss/baseline': extra.baseline,
+        'loss/entropy': extra.entropy,
+        'loss/policy_cloning': extra.policy_cloning,
+        'loss/value_cloning': extra.value_cloning,
+        'grad_norm': grad_norm,
+        # Mean policy entropy per step, summed over heads (entropy term is
+        # sum p log p, i.e. minus the entropy).
+        'policy/entropy': -extra.entropy / steps,
+        'policy/mean_log_rho': tf.reduce_mean(extra.log_rhos),
+        'value/mean_baseline': tf.reduce_mean(aligned.target.baseline),
+        'value/mean_vtrace_target': tf.reduce_mean(extra.vs),
+    }
+    return grads, metrics
+
+  @snt.no_name_scope
+  def _step(self, batch: types.Unroll):
+    """One IMPALA-CLEAR update on a batch of `[T + 1, B]` unrolls.
+
+    Returns:
+      Dict of scalar metrics (loss terms, grad norm, learning rate, counters,
+      `skipped` when the update was dropped for non-finite numbers).
+    """
+    grads, metrics = self._grads_fn(batch)
+    variables = self.agent.trainable_variables
+    skipped = self._apply_if_finite(self.optimizer, grads, variables,
+                                    metrics['loss/total'],
+                                    metrics['grad_norm'],
+                                    frames_in_batch(
+                                        batch, self.config.num_replay,
+                                        self.config))
+    metrics.update(self._counters(skipped))
+    self._write_summaries(metrics, batch, prefix='')
+    return metrics
+
+  # --- Critic pretraining ---------------------------------------------------
+
+  def _critic_loss_and_grads(self, batch: types.Unroll):
+    with tf.GradientTape() as tape:
+      aligned, rewards, discounts = self._prepare(batch)
+      returns = losses.discounted_returns(rewards, discounts,
+                                          aligned.bootstrap_value)
+      loss = 0.5 * tf.reduce_sum(
+          tf.square(returns - aligned.target.baseline))
+    variables = self.agent.critic_variables
+    grads = tape.gradient(loss, variables)
+    grads = [tf.zeros_like(v) if g is None else g
+             for g, v in zip(grads, variables)]
+    grads, grad_norm = self._clip(grads)
+    return grads, {'loss/baseline': loss, 'grad_norm': grad_norm,
+                   'value/mean_baseline': tf.reduce_mean(
+                       aligned.target.baseline),
+                   'value/mean_return': tf.reduce_mean(returns)}
+
+  @snt.no_name_scope
+  def _critic_step(self, batch: types.Unroll):
+    """One critic-pretraining update: baseline loss on discounted returns.
+
+    Only `agent.critic_variables` change; the policy is left untouched.
+    """
+    grads, metrics = self._critic_grads_fn(batch)
+    variables = self.agent.critic_variables
+    skipped = self._apply_if_finite(self.critic_optimizer, grads, variables,
+                                    metrics['loss/baseline'],
+                                    metrics['grad_norm'],
+                                    frames_in_batch(
+                                        batch, self.config.num_replay,
+                                        self.config))
+    metrics.update(self._counters(skipped))
+    self._write_summaries(metrics, batch, prefix='critic_pretrain/')
+    return metrics
+
+  # --- Bookkeeping ----------------------------------------------------------
+
+  def _counters(self, skipped):
+    return {'learning_rate': tf.identity(self.learning_rate),
+            'num_env_frames': tf.identity(self.num_env_frames),
+            'num_steps': tf.identity(self.num_steps),
+            'num_skipped_steps': tf.identity(self.num_skipped_steps),
+            'skipped': skipped}
+
+  @snt.no_name_scope
+  def _write_summaries(self, metrics, batch, prefix):
+    """Writes scalars and action histograms to the default summary writer."""
+    step = self.num_steps
+    for name, value in metrics.items():
+      if name != 'skipped':
+        tf.summary.scalar(prefix + name, value, step=step)
+    if not prefix:
+      for name, action in batch.agent_outputs.action.items():
+        tf.summary.histogram(f'action/{name}', action[1:], step=step)

@@ -1,0 +1,189 @@
+"""The small interface between the runtime and an algorithm.
+
+In the spirit of RLlib's policy API: the actors, the replay and the binary
+only ever call `initial_state`, `act`, `get_weights` and `set_weights`, and
+the learner side `learn` (and `learn_critic` where the algorithm pretrains a
+critic). All inputs and outputs are numpy nests in the `clear.types`
+structures, batched `[B, ...]` for acting and `[T + 1, B, ...]` for learning.
+
+`make_policy(algorithm, ...)` builds a policy by name; algorithms register
+themselves in `POLICIES`.
+"""
+
+import abc
+from typing import Dict, NamedTuple, Optional
+
+import numpy as np
+import tensorflow as tf
+import tree
+
+import agents
+from clear import learner as learner_lib
+from clear import types
+
+
+class AgentConfig(NamedTuple):
+  """Network choices, shared by the learner's agent and the actors' copies."""
+  network: str = 'auto'
+  core_size: int = 256
+  separate_critic: bool = False
+
+
+def to_numpy(nest):
+  return tree.map_structure(np.asarray, nest)
+
+
+def zero_step_output(spec: types.EnvSpec, batch_size: int) -> types.StepOutput:
+  """A `StepOutput` of zeros shaped like `spec`'s observations."""
+  zeros = lambda dtype: np.zeros([batch_size], dtype)
+  return types.StepOutput(
+      reward=zeros(np.float32),
+      info=types.EpisodeInfo(zeros(np.float32), zeros(np.int32),
+                             zeros(np.int32)),
+      done=zeros(bool), truncated=zeros(bool),
+      observation={k: np.zeros((batch_size,) + tuple(s.shape), s.dtype)
+                   for k, s in spec.observation_spec.items()})
+
+
+def zero_agent_output(spec: types.EnvSpec, batch_size: int):
+  """The agent output that stands before the first step of an episode."""
+  action, logits = {}, {}
+  for name, head in spec.action_spec.items():
+    if isinstance(head, types.DiscreteSpec):
+      action[name] = np.zeros([batch_size], np.int32)
+      logits[name] = np.zeros([batch_size, head.num_values], np.float32)
+    else:
+      action[name] = np.zeros((batch_size,) + tuple(head.shape), np.float32)
+  return types.AgentOutput(action, logits, np.zeros([batch_size], np.float32))
+
+
+class Policy(abc.ABC):
+  """What the runtime needs of an algorithm.
+
+  Attributes:
+    spec: the environment's `EnvSpec`.
+    supports_critic_pretraining: whether `learn_critic` exists.
+  """
+
+  supports_critic_pretraining = False
+
+  def __init__(self, spec: types.EnvSpec):
+    self.spec = spec
+
+  @abc.abstractmethod
+  def initial_state(self, batch_size: int):
+    """The recurrent state at the start of acting, numpy nest `[B, ...]`."""
+
+  @abc.abstractmethod
+  def act(self, env_output: types.StepOutput, prev_action, state):
+    """Acts on a batch: returns (`AgentOutput` `[B]`, new state)."""
+
+  @abc.abstractmethod
+  def get_weights(self):
+    """The acting weights, a list of numpy arrays."""
+
+  @abc.abstractmethod
+  def set_weights(self, weights):
+    """Loads weights from `get_weights`."""
+
+  def learn(self, batch: types.Unroll) -> Dict[str, np.ndarray]:
+    """One update on a time-major batch; returns scalar stats."""
+    raise NotImplementedError(f'{type(self).__name__} only acts.')
+
+  def learn_critic(self, batch: types.Unroll) -> Dict[str, np.ndarray]:
+    raise ValueError(f'{type(self).__name__} has no critic pretraining.')
+
+  @property
+  def num_env_frames(self) -> int:
+    raise NotImplementedError
+
+  def add_env_frames(self, frames: int):
+    """Counts frames consumed outside `learn` (e.g. replay pre-fill)."""
+    raise NotImplementedError
+
+  def checkpointables(self) -> Dict[str, tf.Module]:
+    """Everything a checkpoint must hold, by name."""
+    raise NotImplementedError
+
+
+class ImpalaPolicy(Policy):
+  """IMPALA with CLEAR replay over an `agents` recurrent agent.
+
+  Args:
+    spec: the environment spec.
+    agent_config: `AgentConfig`.
+    learner_config: `learner.LearnerConfig`, or None for an acting-only copy.
+    seed: seeds the agent's initialisation and its sampling RNG.
+  """
+
+  supports_critic_pretraining = True
+
+  def __init__(self, spec: types.EnvSpec, agent_config: AgentConfig,
+               learner_config: Optional[learner_lib.LearnerConfig] = None,
+               seed: int = 0):
+    super().__init__(spec)
+    tf.random.set_seed(seed)
+    self.agent = agents.make_agent(spec, network=agent_config.network,
+                                   core_size=agent_config.core_size,
+                                   separate_critic=agent_config.separate_critic,
+                                   seed=seed)
+    self._step = tf.function(self.agent.step)
+    # Build the variables so that weights can move before the first act.
+    self.act(zero_step_output(spec, 1), zero_agent_output(spec, 1).action,
+             self.initial_state(1))
+    self.learner = None
+    if learner_config is not None:
+      self.learner = learner_lib.ImpalaClearLearner(self.agent,
+                                                    learner_config)
+
+  def initial_state(self, batch_size):
+    return to_numpy(self.agent.initial_state(batch_size))
+
+  def act(self, env_output, prev_action, state):
+    output, state = self._step(env_output, prev_action, state)
+    return to_numpy(output), to_numpy(state)
+
+  def get_weights(self):
+    return [v.numpy() for v in self.agent.trainable_variables]
+
+  def set_weights(self, weights):
+    variables = self.agent.trainable_variables
+    if len(weights) != len(variables):
+      raise ValueError(f'set_weights: got {len(weights)} arrays for '
+                       f'{len(variables)} variables.')
+    for v, w in zip(variables, weights):
+      v.assign(w)
+
+  def learn(self, batch):
+    return to_numpy(self.learner.step(batch))
+
+  def learn_critic(self, batch):
+    return to_numpy(self.learner.critic_step(batch))
+
+  @property
+  def num_env_frames(self):
+    return int(self.learner.num_env_frames.numpy())
+
+  def add_env_frames(self, frames):
+    self.learner.num_env_frames.assign_add(int(frames))
+
+  def checkpointables(self):
+    learner = self.learner
+    return {'agent': self.agent, 'optimizer': learner.optimizer,
+            'critic_optimizer': learner.critic_optimizer,
+            'learning_rate': learner.learning_rate,
+            'num_env_frames': learner.num_env_frames,
+            'num_steps': learner.num_steps,
+            'num_skipped_steps': learner.num_skipped_steps}
+
+
+POLICIES = {'impala': ImpalaPolicy}
+
+
+def make_policy(algorithm: str, spec, agent_config, learner_config=None,
+                seed=0) -> Policy:
+  """Builds the named algorithm's policy (acting-only without a config)."""
+  if algorithm not in POLICIES:
+    raise ValueError(f'Unknown algorithm {algorithm!r}; available: '
+                     f'{sorted(POLICIES)}.')
+  return POLICIES[algorithm](spec, agent_config, learner_config, seed=seed)

@@ -1,0 +1,258 @@
+r"""Train or test an IMPALA-CLEAR agent from the command line.
+
+  python -m clear.train                                  # CartPole default
+  python -m clear.train --env=atari:Pong --logdir=runs/pong
+  python -m clear.train --mode=test --logdir=runs/pong --test_num_episodes=30
+
+Running the same command again resumes from the latest checkpoint in
+--logdir. Ctrl-C or SIGTERM stops the actors, writes a final checkpoint and
+exits with status 0 (130 / 143 when interrupted before the end).
+"""
+
+import json
+import logging as py_logging
+import os
+import signal
+import sys
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+from absl import logging
+
+from clear import learner as learner_lib
+from clear import policy as policy_lib
+from clear import replay as replay_lib
+from clear import run_loop
+
+FLAGS = flags.FLAGS
+
+# --- What to run --------------------------------------------------------------
+flags.DEFINE_string('env', 'gym:CartPole-v1',
+                    'Environment: atari:<Game>, sc2:<Map>, gym:<id>.')
+flags.DEFINE_enum('algorithm', 'impala', sorted(policy_lib.POLICIES),
+                  'Algorithm.')
+flags.DEFINE_enum('mode', 'train', ['train', 'test'],
+                  'train, or test the latest checkpoint.')
+flags.DEFINE_string('logdir', '/tmp/clear/cartpole',
+                    'Checkpoints, TensorBoard events and results go here.')
+flags.DEFINE_integer('seed', 0, 'Base random seed.')
+flags.DEFINE_integer('total_environment_frames', 400_000,
+                     'Environment frames to train for (replay excluded).')
+
+# --- Actors ---------------------------------------------------------------------
+flags.DEFINE_enum('backend', 'local', ['local', 'ray'],
+                  'Actors as local processes, or as Ray actors.')
+flags.DEFINE_string('ray_address', '',
+                    'Ray cluster address for --backend=ray (empty: a local '
+                    'Ray on the loopback address).')
+flags.DEFINE_integer('num_actors', 1, 'Actor processes.')
+flags.DEFINE_integer('envs_per_actor', 32,
+                     'Environments each actor steps as one batch.')
+flags.DEFINE_integer('unroll_length', 20, 'Agent steps per unroll.')
+
+# --- Network --------------------------------------------------------------------
+flags.DEFINE_enum('network', 'auto',
+                  ['auto', 'impala_shallow', 'impala_deep', 'mlp',
+                   'fullyconv'], 'Agent torso.')
+flags.DEFINE_integer('core_size', 0,
+                     'LSTM size; 0 picks 256 for pixels, 64 for vectors.')
+flags.DEFINE_bool('separate_critic', False,
+                  'Give the critic its own network (needed to pretrain a '
+                  'critic without a shared torso).')
+
+# --- Learner --------------------------------------------------------------------
+flags.DEFINE_integer('batch_size', 32, 'Unrolls per learner batch.')
+flags.DEFINE_float('learning_rate', 1e-3, 'Initial learning rate.')
+flags.DEFINE_enum('optimizer', 'adam', list(learner_lib.OPTIMIZERS),
+                  'Optimizer (IMPALA used rmsprop).')
+flags.DEFINE_float('clip_grad_norm', 40.0,
+                   'Global gradient-norm clip (0 disables).')
+flags.DEFINE_float('discounting', 0.99, 'Discount factor.')
+flags.DEFINE_enum('reward_clipping', 'abs_one',
+                  ['abs_one', 'soft_asymmetric', 'none'], 'Reward clipping.')
+flags.DEFINE_float('reward_scaling', 1.0, 'Rewards are scaled before clipping.')
+flags.DEFINE_float('baseline_cost', 0.5, 'Weight of the baseline loss.')
+flags.DEFINE_float('entropy_cost', 0.01, 'Weight of the entropy term.')
+flags.DEFINE_bool('clip_advantage', False,
+                  'Zero negative advantages in the policy gradient.')
+flags.DEFINE_bool('jit_compile', False, 'Compile the learner step with XLA.')
+
+# --- CLEAR replay ---------------------------------------------------------------
+flags.DEFINE_float('replay_proportion', 0.5,
+                   'Share of each batch taken from replay (0: plain IMPALA).')
+flags.DEFINE_integer('replay_buffer_size', 10_000, 'Replay capacity, unrolls.')
+flags.DEFINE_enum('replay_sampling', 'reservoir', list(replay_lib.SAMPLING_MODES),
+                  'reservoir (CLEAR) or fifo insertion.')
+flags.DEFINE_enum('replay_storage', 'memory', list(replay_lib.STORAGE_MODES),
+                  'Keep replay in memory or memory-mapped under --logdir.')
+flags.DEFINE_integer('replay_prefill_unrolls', 0,
+                     'Unrolls stored in replay before the first update.')
+flags.DEFINE_float('policy_cloning_cost', 0.01,
+                   'Weight of the CLEAR policy-cloning KL.')
+flags.DEFINE_float('value_cloning_cost', 0.005,
+                   'Weight of the CLEAR value-cloning loss.')
+
+# --- Critic pretraining ---------------------------------------------------------
+flags.DEFINE_integer('num_critic_pretrain_frames', 0,
+                     'Frames of critic-only training before the main phase.')
+
+# --- Step multipliers ---------------------------------------------------------
+flags.DEFINE_bool('fixed_step_mul', True,
+                  'Use a constant step multiplier (else the agent picks one).')
+flags.DEFINE_integer('step_mul', None,
+                     'Frames per agent step when fixed (default: 4 Atari, '
+                     '8 SC2, 1 gym).')
+flags.DEFINE_integer('max_step_mul', 8,
+                     'Number of choices of the dynamic step multiplier.')
+
+# --- Bookkeeping ----------------------------------------------------------------
+flags.DEFINE_integer('checkpoint_interval_s', 600, 'Seconds between checkpoints.')
+flags.DEFINE_integer('log_interval_s', 10, 'Seconds between progress lines.')
+flags.DEFINE_integer('test_num_episodes', 10, 'Episodes played by --mode=test.')
+
+DEFAULT_STEP_MUL = {'atari': 4, 'sc2': 8, 'gym': 1}
+
+
+def env_family(name: str) -> str:
+  return name.split(':', 1)[0]
+
+
+def step_mul_for(name, step_mul):
+  return step_mul if step_mul is not None else DEFAULT_STEP_MUL.get(
+      env_family(name), 1)
+
+
+def validate(f) -> None:
+  """Checks flag combinations; raises app.UsageError naming the flags."""
+  problems = []
+  if f.unroll_length < 1:
+    problems.append(f'--unroll_length must be >= 1 (got {f.unroll_length}).')
+  if f.batch_size < 1:
+    problems.append(f'--batch_size must be >= 1 (got {f.batch_size}).')
+  try:
+    num_replay = replay_lib.replay_batch_size(f.batch_size,
+                                              f.replay_proportion)
+  except ValueError as e:
+    problems.append(f'--replay_proportion / --batch_size: {e}')
+    num_replay = 0
+  if num_replay == 0 and f.replay_proportion == 0 and (
+      (f['policy_cloning_cost'].present and f.policy_cloning_cost) or
+      (f['value_cloning_cost'].present and f.value_cloning_cost)):
+    problems.append('--policy_cloning_cost / --value_cloning_cost need '
+                    'replay: set --replay_proportion > 0 or drop them.')
+  if num_replay and f.replay_buffer_size < 1:
+    problems.append('--replay_buffer_size must be >= 1 with replay on.')
+  if f.total_environment_frames < 1:
+    problems.append('--total_environment_frames must be >= 1.')
+  if f.num_critic_pretrain_frames > f.total_environment_frames:
+    problems.append(
+        f'--num_critic_pretrain_frames ({f.num_critic_pretrain_frames:,}) '
+        'exceeds --total_environment_frames '
+        f'({f.total_environment_frames:,}).')
+  if f.num_actors < 1 or f.envs_per_actor < 1:
+    problems.append('--num_actors and --envs_per_actor must be >= 1.')
+  if f.step_mul is not None and f.step_mul < 1:
+    problems.append(f'--step_mul must be >= 1 (got {f.step_mul}).')
+  if not f.fixed_step_mul and f.max_step_mul < 1:
+    problems.append('--max_step_mul must be >= 1 with --nofixed_step_mul.')
+  if not f.fixed_step_mul and f['step_mul'].present:
+    problems.append('--step_mul applies to fixed multipliers only; with '
+                    '--nofixed_step_mul set --max_step_mul instead.')
+  if not 0.0 <= f.discounting <= 1.0:
+    problems.append(f'--discounting must be in [0, 1] (got {f.discounting}).')
+  if f.learning_rate <= 0:
+    problems.append('--learning_rate must be > 0.')
+  if f.test_num_episodes < 1:
+    problems.append('--test_num_episodes must be >= 1.')
+  if env_family(f.env) not in DEFAULT_STEP_MUL:
+    problems.append(f'--env={f.env!r}: unknown family; use atari:<Game>, '
+                    'sc2:<Map> or gym:<id>.')
+  if problems:
+    raise app.UsageError('\n'.join(problems))
+
+
+def config_from_flags(f) -> run_loop.RunConfig:
+  num_replay = replay_lib.replay_batch_size(f.batch_size, f.replay_proportion)
+  step_mul = step_mul_for(f.env, f.step_mul)
+  env_options = {'fixed_step_mul': f.fixed_step_mul}
+  if f.fixed_step_mul:
+    env_options['step_mul'] = step_mul
+  else:
+    env_options['max_step_mul'] = f.max_step_mul
+  core_size = f.core_size or (64 if env_family(f.env) == 'gym' else 256)
+  learner_config = learner_lib.LearnerConfig(
+      batch_size=f.batch_size, num_replay=num_replay,
+      unroll_length=f.unroll_length,
+      total_environment_frames=f.total_environment_frames,
+      discounting=f.discounting, reward_clipping=f.reward_clipping,
+      reward_scaling=f.reward_scaling, baseline_cost=f.baseline_cost,
+      entropy_cost=f.entropy_cost,
+      policy_cloning_cost=f.policy_cloning_cost if num_replay else 0.0,
+      value_cloning_cost=f.value_cloning_cost if num_replay else 0.0,
+      clip_grad_norm=f.clip_grad_norm, clip_advantage=f.clip_advantage,
+      learning_rate=f.learning_rate, optimizer=f.optimizer,
+      fixed_step_mul=f.fixed_step_mul, step_mul=step_mul,
+      jit_compile=f.jit_compile)
+  return run_loop.RunConfig(
+      env_name=f.env, env_options=env_options, algorithm=f.algorithm,
+      agent_config=policy_lib.AgentConfig(f.network, core_size,
+                                          f.separate_critic),
+      learner_config=learner_config, logdir=f.logdir, seed=f.seed,
+      num_actors=f.num_actors, envs_per_actor=f.envs_per_actor,
+      replay_buffer_size=f.replay_buffer_size,
+      replay_sampling=f.replay_sampling, replay_storage=f.replay_storage,
+      replay_prefill_unrolls=f.replay_prefill_unrolls,
+      num_critic_pretrain_frames=f.num_critic_pretrain_frames,
+      backend=f.backend, ray_address=f.ray_address,
+      checkpoint_interval_s=f.checkpoint_interval_s,
+      log_interval_s=f.log_interval_s)
+
+
+class StopSignal:
+  """Turns SIGTERM / SIGINT into a polite stop request."""
+
+  def __init__(self):
+    self.signum = None
+    for sig in (signal.SIGTERM, signal.SIGINT):
+      signal.signal(sig, self._handle)
+
+  def _handle(self, signum, frame):
+    del frame
+    if self.signum is not None:  # A second signal: stop right away.
+      raise KeyboardInterrupt
+    self.signum = signum
+    logging.warning('Signal %d: stopping after the current update and '
+                    'writing a final checkpoint.', signum)
+
+  def __call__(self) -> bool:
+    return self.signum is not None
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  validate(FLAGS)
+  py_logging.getLogger().setLevel(py_logging.INFO)
+  config = config_from_flags(FLAGS)
+  try:
+    if FLAGS.mode == 'test':
+      summary = run_loop.evaluate(config, FLAGS.test_num_episodes)
+      print(json.dumps({k: v for k, v in summary.items() if k != 'returns'},
+                       indent=2))
+      return 0
+    stop = StopSignal()
+    result = run_loop.train(config, stop_requested=stop)
+  except ValueError as e:  # Bad env names, mismatched checkpoints, ...
+    logging.error('%s', e)
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  logging.info('Done: %s', result._asdict())
+  if result.stopped_early and stop.signum is not None:
+    return 128 + stop.signum
+  return 0
+
+
+if __name__ == '__main__':
+  app.run(main)

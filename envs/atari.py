@@ -1,0 +1,212 @@
+"""Atari 2600 games through `ale_py.ALEInterface`, with IMPALA preprocessing.
+
+Preprocessing (the usual DQN / IMPALA one):
+  * up to `noop_max` random no-op actions after each game reset;
+  * each agent step repeats the action for the step multiplier's number of
+    raw frames (fixed default 4) and summing the rewards; the observation
+    is the pixel-wise max over the last two raw frames (one frame when the
+    step ran a single frame or the episode ended early);
+  * grayscale, resized to 84x84 with `cv2.INTER_AREA`, uint8;
+  * the last `frame_stack` such frames stacked on the channel axis:
+    observation `{'frame': uint8 [84, 84, frame_stack]}`, newest last;
+  * optional sticky actions (`repeat_action_probability`, done by the ALE
+    per raw frame) and terminal-on-life-loss;
+  * the episode is truncated once the ALE has run `max_episode_frames` raw
+    frames since the game reset (no-op starts included).
+
+Screens are fetched (grayscale, into preallocated buffers) only for the
+last two raw frames of each step. Seeded: the ALE's own seed and the no-op
+generator both derive from `seed`, so equal seeds give equal episodes.
+"""
+
+import collections
+import difflib
+import re
+
+import ale_py
+from ale_py import roms
+import cv2
+import numpy as np
+
+from clear import types
+from envs import single
+from envs import step_mul as step_mul_lib
+
+FRAME_SIZE = 84
+
+DEFAULT_OPTIONS = {
+    'frame_stack': 4,
+    'noop_max': 30,
+    'terminal_on_life_loss': False,
+    'repeat_action_probability': 0.0,
+    'max_episode_frames': 108_000,
+    'full_action_space': False,
+    'fixed_step_mul': True,
+    'step_mul': 4,
+    'max_step_mul': 8,
+}
+
+ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+# OpenCV's thread pool only adds overhead for one 210x160 resize, and actors
+# run one env loop per process. (Process-wide OpenCV setting.)
+cv2.setNumThreads(1)
+
+
+def _camel_case(rom_id: str) -> str:
+  return ''.join(part.capitalize() for part in rom_id.split('_'))
+
+
+def rom_id(game: str) -> str:
+  """Maps a game name ('Pong', 'SpaceInvaders' or 'space_invaders') to the
+  ALE ROM id; raises ValueError with close names for unknown games."""
+  all_ids = roms.get_all_rom_ids()
+  candidate = game if game in all_ids else re.sub(
+      r'(?<=[a-z0-9])(?=[A-Z])', '_', game).lower()
+  if candidate in all_ids:
+    return candidate
+  names = sorted(_camel_case(i) for i in all_ids)
+  close = difflib.get_close_matches(game, names, n=5, cutoff=0.5)
+  hint = f' Did you mean {close}?' if close else ''
+  raise ValueError(f'Unknown Atari game {game!r}.{hint} Known games: '
+                   f'{", ".join(names)}.')
+
+
+def check_game(game: str):
+  """Raises ValueError (with close names) for an unknown game."""
+  rom_id(game)
+
+
+class AtariEnv(single.SingleEnv):
+  """One preprocessed Atari game; see the module docstring."""
+
+  def __init__(self, game: str, seed: int = 0, **options):
+    """Args:
+      game: game name, e.g. 'Pong' (see `rom_id`).
+      seed: seeds the ALE and the no-op starts.
+      **options: keys of `DEFAULT_OPTIONS`.
+    """
+    unknown = sorted(set(options) - set(DEFAULT_OPTIONS))
+    if unknown:
+      raise ValueError(f'Unknown Atari options {unknown}; valid: '
+                       f'{sorted(DEFAULT_OPTIONS)}.')
+    o = {**DEFAULT_OPTIONS, **options}
+    self._game = rom_id(game)
+    self._frame_stack = int(o['frame_stack'])
+    self._noop_max = int(o['noop_max'])
+    self._life_loss = bool(o['terminal_on_life_loss'])
+    self._max_frames = int(o['max_episode_frames'])
+    if self._frame_stack < 1 or self._noop_max < 0 or self._max_frames < 1:
+      raise ValueError('Need frame_stack >= 1, noop_max >= 0 and '
+                       f'max_episode_frames >= 1, got {o}.')
+    self._step_mul = step_mul_lib.StepMul.from_options(o)
+
+    self._ale = ale_py.ALEInterface()
+    self._ale.setInt('random_seed', int(seed) % (2**31 - 1))
+    self._ale.setFloat('repeat_action_probability',
+                       float(o['repeat_action_probability']))
+    self._ale.loadROM(roms.get_rom_path(self._game))
+    self._actions = list(self._ale.getLegalActionSet()
+                         if o['full_action_space'] else
+                         self._ale.getMinimalActionSet())
+    self._rng = np.random.default_rng(seed)
+
+    height, width = self._ale.getScreenDims()
+    self._screens = np.zeros([2, height, width], np.uint8)
+    self._pooled = np.zeros([height, width], np.uint8)
+    # Ring buffer of the last frames, oldest at self._oldest.
+    self._frames = np.zeros([self._frame_stack, FRAME_SIZE, FRAME_SIZE],
+                            np.uint8)
+    self._oldest = 0
+    self._stack = np.zeros([FRAME_SIZE, FRAME_SIZE, self._frame_stack],
+                           np.uint8)
+    self._lives = 0
+    self._soft_reset = False  # Life lost, game not over: keep playing.
+
+    action_spec = collections.OrderedDict(
+        action=types.DiscreteSpec(len(self._actions)))
+    self._spec = types.EnvSpec(
+        observation_spec=collections.OrderedDict(
+            frame=types.ArraySpec(
+                (FRAME_SIZE, FRAME_SIZE, self._frame_stack), np.uint8)),
+        action_spec=self._step_mul.extend_action_spec(action_spec),
+        name=f'atari:{_camel_case(self._game)}')
+
+  @property
+  def spec(self) -> types.EnvSpec:
+    return self._spec
+
+  @property
+  def ale(self) -> ale_py.ALEInterface:
+    """The underlying emulator (read-only use, e.g. for tests)."""
+    return self._ale
+
+  def reset(self) -> dict:
+    if not self._soft_reset:
+      self._ale.reset_game()
+      noop = self._actions[0]
+      num_noops = (self._rng.integers(1, self._noop_max + 1)
+                   if self._noop_max else 0)
+      for _ in range(num_noops):
+        self._ale.act(noop)
+        if self._ale.game_over(with_truncation=False):
+          self._ale.reset_game()
+    self._soft_reset = False
+    self._lives = self._ale.lives()
+    self._ale.getScreenGrayscale(self._screens[1])
+    self._push(self._screens[1])
+    self._frames[:] = self._frames[self._oldest - 1]
+    return {'frame': self._stacked()}
+
+  def step(self, action: dict) -> single.Transition:
+    num_frames = self._step_mul.repeats(action)
+    ale_action = self._actions[int(action['action'])]
+    ale = self._ale
+    reward = 0.0
+    terminated = truncated = False
+    frames = 0
+    while frames < num_frames:
+      reward += ale.act(ale_action)
+      frames += 1
+      game_over = ale.game_over(with_truncation=False)
+      lives = ale.lives()
+      life_lost = self._life_loss and lives < self._lives
+      self._lives = lives
+      terminated = game_over or life_lost
+      truncated = (not terminated and
+                   ale.getEpisodeFrameNumber() >= self._max_frames)
+      if terminated or truncated:
+        break
+      if frames == num_frames - 1:
+        ale.getScreenGrayscale(self._screens[0])
+    ale.getScreenGrayscale(self._screens[1])
+
+    if frames == num_frames and num_frames >= 2:
+      screen = np.maximum(self._screens[0], self._screens[1],
+                          out=self._pooled)
+    else:
+      screen = self._screens[1]
+    self._push(screen)
+    self._soft_reset = terminated and not game_over
+    return single.Transition(observation={'frame': self._stacked()},
+                             reward=reward, terminated=terminated,
+                             truncated=truncated, frames=frames)
+
+  def _push(self, screen: np.ndarray):
+    """Resizes `screen` into the ring buffer as the newest frame."""
+    cv2.resize(screen, (FRAME_SIZE, FRAME_SIZE),
+               dst=self._frames[self._oldest], interpolation=cv2.INTER_AREA)
+    self._oldest = (self._oldest + 1) % self._frame_stack
+
+  def _stacked(self) -> np.ndarray:
+    """The ring buffer as `[84, 84, frame_stack]`, oldest first."""
+    k = self._frame_stack
+    planes = [self._frames[(self._oldest + i) % k] for i in range(k)]
+    if k == 1:
+      self._stack[..., 0] = planes[0]
+    else:
+      cv2.merge(planes, self._stack)
+    return self._stack
+
+
+def make(game: str, seed: int = 0, **options) -> AtariEnv:
+  return AtariEnv(game, seed, **options)

@@ -1,0 +1,120 @@
+"""Gymnasium environments (classic control and other flat-vector tasks).
+
+Observation: `{'vector': float32 [D]}` (a Box flattened, or a Discrete
+one-hot). Action: `'action'`, a `DiscreteSpec` for a Discrete space or a
+`ContinuousSpec` for a Box (actions are clipped to the Box bounds).
+Gymnasium's time limit (`TimeLimit`) ends episodes as truncated. With a
+step multiplier the action is repeated, summing rewards and stopping at
+episode end (fixed default: 1 frame per step).
+"""
+
+import collections
+import difflib
+
+import gymnasium
+import numpy as np
+
+from clear import types
+from envs import single
+from envs import step_mul as step_mul_lib
+
+DEFAULT_OPTIONS = {
+    'max_episode_steps': None,  # None: the registered TimeLimit.
+    'fixed_step_mul': True,
+    'step_mul': 1,
+    'max_step_mul': 4,
+}
+
+
+def check_game(env_id: str):
+  """Raises ValueError with close names if gymnasium does not know env_id."""
+  if env_id in gymnasium.registry:
+    return
+  names = sorted(gymnasium.registry)
+  close = difflib.get_close_matches(env_id, names, n=5, cutoff=0.5)
+  hint = f' Did you mean {close}?' if close else ''
+  raise ValueError(f'Unknown gymnasium environment {env_id!r}.{hint}')
+
+
+class GymEnv(single.SingleEnv):
+  """One gymnasium environment; see the module docstring."""
+
+  def __init__(self, env_id: str, seed: int = 0, **options):
+    unknown = sorted(set(options) - set(DEFAULT_OPTIONS))
+    if unknown:
+      raise ValueError(f'Unknown gym options {unknown}; valid: '
+                       f'{sorted(DEFAULT_OPTIONS)}.')
+    o = {**DEFAULT_OPTIONS, **options}
+    check_game(env_id)
+    self._step_mul = step_mul_lib.StepMul.from_options(o)
+    kwargs = {}
+    if o['max_episode_steps'] is not None:
+      kwargs['max_episode_steps'] = int(o['max_episode_steps'])
+    self._env = gymnasium.make(env_id, **kwargs)
+    self._seed = int(seed)
+    self._seeded = False
+
+    obs_space = self._env.observation_space
+    if isinstance(obs_space, gymnasium.spaces.Box):
+      self._encode = lambda x: np.asarray(x, np.float32).reshape(-1)
+      size = int(np.prod(obs_space.shape))
+    elif isinstance(obs_space, gymnasium.spaces.Discrete):
+      size = int(obs_space.n)
+      eye = np.eye(size, dtype=np.float32)
+      self._encode = lambda x: eye[int(x) - int(obs_space.start)]
+    else:
+      raise ValueError(f'{env_id}: unsupported observation space {obs_space}.')
+
+    action_space = self._env.action_space
+    if isinstance(action_space, gymnasium.spaces.Discrete):
+      head = types.DiscreteSpec(int(action_space.n))
+      start = int(action_space.start)
+      self._decode = lambda a: int(a) + start
+    elif isinstance(action_space, gymnasium.spaces.Box):
+      low, high = action_space.low, action_space.high
+      head = types.ContinuousSpec(tuple(action_space.shape),
+                                  float(np.min(low)), float(np.max(high)))
+      self._decode = lambda a: np.clip(
+          np.asarray(a, action_space.dtype).reshape(action_space.shape),
+          low, high)
+    else:
+      raise ValueError(f'{env_id}: unsupported action space {action_space}.')
+
+    self._spec = types.EnvSpec(
+        observation_spec=collections.OrderedDict(
+            vector=types.ArraySpec((size,), np.float32)),
+        action_spec=self._step_mul.extend_action_spec(
+            collections.OrderedDict(action=head)),
+        name=f'gym:{env_id}')
+
+  @property
+  def spec(self) -> types.EnvSpec:
+    return self._spec
+
+  def reset(self) -> dict:
+    seed = None if self._seeded else self._seed
+    self._seeded = True
+    observation, _ = self._env.reset(seed=seed)
+    return {'vector': self._encode(observation)}
+
+  def step(self, action: dict) -> single.Transition:
+    env_action = self._decode(action['action'])
+
+    def step_once():
+      observation, reward, terminated, truncated, _ = self._env.step(
+          env_action)
+      return observation, float(reward), bool(terminated), bool(truncated)
+
+    observation, reward, terminated, truncated, frames = step_mul_lib.repeat(
+        step_once, self._step_mul.repeats(action))
+    return single.Transition(
+        observation={'vector': self._encode(observation)}, reward=reward,
+        terminated=terminated, truncated=truncated and not terminated,
+        frames=frames)
+
+  def close(self):
+    self._env.close()
+
+
+def make(env_id: str, seed: int = 0, **options) -> GymEnv:
+  return GymEnv(env_id, seed, **options)

@@ -1,0 +1,41 @@
+"""Install clear: IMPALA with CLEAR replay, PPG and SAC in TF2 / Sonnet 2."""
+
+import setuptools
+
+# Version ranges checked to resolve together in a fresh Python 3.11 venv.
+INSTALL_REQUIRES = [
+    'tensorflow-cpu>=2.21,<2.22',
+    # TF 2.21 no longer pulls TensorBoard in; tf.summary needs it.
+    'tensorboard>=2.21,<2.22',
+    'dm-sonnet==2.0.2',
+    'dm-tree>=0.1.8,<0.2',
+    'absl-py>=2.1,<3',
+    'numpy>=2.0,<3',
+    'gymnasium>=1.0,<2',
+    'ale-py>=0.10,<0.13',  # Atari ROMs ship inside the wheel.
+    'opencv-python-headless>=4.9,<6',
+    'pysc2==4.0.0',  # imported through envs.pysc2_compat
+    's2clientprotocol>=5.0,<6',
+    'psutil>=5.9,<8',
+]
+
+EXTRAS_REQUIRE = {
+    'ray': ['ray>=2.60,<2.61'],
+    'test': ['pytest>=8,<10', 'pytest-xdist>=3.5,<4'],
+    'plot': ['matplotlib>=3.8,<4'],
+}
+
+setuptools.setup(
+    name='clear-rl',
+    version='0.1.0',
+    description=('IMPALA with CLEAR replay (V-trace, policy and value '
+                 'cloning), PPG and SAC in TensorFlow 2 and Sonnet 2.'),
+    long_description=open('README.md').read(),
+    long_description_content_type='text/markdown',
+    license='Apache-2.0',
+    packages=setuptools.find_packages(include=['clear', 'clear.*', 'agents',
+                                               'agents.*', 'envs', 'envs.*']),
+    python_requires='>=3.10,<3.13',
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
+)
