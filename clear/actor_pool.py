@@ -6,19 +6,19 @@ version)` after each update, `get(timeout)` for the next `Trajectories`, and
 `close()`.
 
 - `LocalActorPool`: one process per actor on this machine. Unrolls come back
-  through a bounded queue, so the learner never waits on the slowest actor
-  for long and actors cannot run arbitrarily far ahead; weights go out
-  through one shared-memory array with a version counter. A dead actor is
-  restarted with fresh episodes and a fresh core state; its partial unroll is
-  simply never delivered.
+  through one pipe per actor, served in turn as they are ready, so the
+  learner never waits on the slowest actor and no actor runs more than one
+  unroll batch ahead; weights go out through one shared-memory array with a
+  version counter. A dead actor is restarted with fresh episodes and a fresh
+  core state; its partial unroll is simply dropped.
 - `RayActorPool`: the actors are Ray actors (an existing engine; point
   `address` at a cluster), the learner stays in the driver.
 """
 
 import logging
 import multiprocessing as mp
+import multiprocessing.connection  # pylint: disable=unused-import
 import os
-import queue as queue_lib
 import time
 from typing import NamedTuple, Optional
 
@@ -42,7 +42,6 @@ class ActorPoolConfig(NamedTuple):
     unroll_length: T.
     num_actors: actor count.
     seed: base seed; actor i seeds its envs and policy from it.
-    queue_size: bound of the unroll queue (local pool).
     max_restarts: restarts of dead actors tolerated before the run fails.
   """
   env_name: str
@@ -53,7 +52,6 @@ class ActorPoolConfig(NamedTuple):
   unroll_length: int
   num_actors: int = 1
   seed: int = 0
-  queue_size: int = 1
   max_restarts: int = 20
 
 
@@ -91,36 +89,50 @@ class ActorWorker:
 
 
 class _SharedWeights:
-  """Weights in one shared float32 array, guarded by a lock and a version."""
+  """Weights in one shared float32 array, published without locks.
+
+  The learner is the only writer. A seqlock keeps readers consistent: the
+  counter is odd while a write is under way, and a reader retries when the
+  counter changed during its copy. No lock is ever held, so an actor killed
+  mid-read cannot block the learner.
+  """
 
   def __init__(self, ctx, shapes):
     self.shapes = [tuple(s) for s in shapes]
     self.size = int(sum(np.prod(s) for s in self.shapes))
-    self.array = ctx.Array('f', max(1, self.size), lock=True)
-    self.version = ctx.Value('q', -1, lock=False)
+    self.array = ctx.RawArray('f', max(1, self.size))
+    self.sequence = ctx.RawValue('q', 0)
+    self.version = ctx.RawValue('q', -1)
 
   def write(self, weights, version):
     flat = np.concatenate([np.ravel(w).astype(np.float32) for w in weights])
-    with self.array.get_lock():
-      np.frombuffer(self.array.get_obj(), np.float32)[:self.size] = flat
-      self.version.value = version
+    self.sequence.value += 1  # Odd: writing.
+    np.frombuffer(self.array, np.float32)[:self.size] = flat
+    self.version.value = version
+    self.sequence.value += 1  # Even: consistent.
 
   def read_if_newer(self, version):
     """(weights, version) when newer than `version`, else (None, version)."""
-    if self.version.value <= version:
-      return None, version
-    with self.array.get_lock():
-      flat = np.frombuffer(self.array.get_obj(), np.float32)[:self.size].copy()
-      version = self.version.value
+    while True:
+      before = self.sequence.value
+      if before % 2:
+        time.sleep(0.0005)
+        continue
+      new_version = self.version.value
+      if new_version <= version:
+        return None, version
+      flat = np.frombuffer(self.array, np.float32)[:self.size].copy()
+      if self.sequence.value == before:
+        break
     weights, offset = [], 0
     for shape in self.shapes:
       n = int(np.prod(shape))
       weights.append(flat[offset:offset + n].reshape(shape))
       offset += n
-    return weights, version
+    return weights, new_version
 
 
-def _actor_process(config, actor_id, generation, shared, out_queue, stop):
+def _actor_process(config, actor_id, generation, shared, connection, stop):
   """Body of an actor process: collect unrolls until told to stop."""
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -136,65 +148,89 @@ def _actor_process(config, actor_id, generation, shared, out_queue, stop):
         continue
       trajectories = worker.collect(weights, new_version)
       version = new_version
-      while not stop.is_set():
-        try:
-          out_queue.put(trajectories, timeout=0.5)
-          break
-        except queue_lib.Full:
-          continue
-  except KeyboardInterrupt:
-    pass
+      connection.send(trajectories)  # Blocks while the learner is busy.
+  except (KeyboardInterrupt, BrokenPipeError, EOFError, OSError):
+    pass  # The learner closed the pipe or the user interrupted.
   finally:
     worker.close()
 
 
 class LocalActorPool:
-  """Actors as processes on this machine (see module docstring)."""
+  """Actors as processes on this machine (see module docstring).
+
+  Each actor owns one pipe to the learner: at most one finished unroll batch
+  waits in it, which bounds both memory and policy lag, and an actor that
+  dies mid-send can only break its own pipe.
+  """
 
   def __init__(self, config: ActorPoolConfig, weight_shapes):
     self.config = config
     self._ctx = mp.get_context('spawn')
     self._shared = _SharedWeights(self._ctx, weight_shapes)
-    self._queue = self._ctx.Queue(maxsize=config.queue_size)
     self._stop = self._ctx.Event()
     self._generations = [0] * config.num_actors
     self.num_restarts = 0
-    self._processes = [self._start(i) for i in range(config.num_actors)]
+    self._processes = [None] * config.num_actors
+    self._connections = [None] * config.num_actors
+    self._next = 0
+    for actor_id in range(config.num_actors):
+      self._start(actor_id)
 
   def _start(self, actor_id):
+    reader, writer = self._ctx.Pipe(duplex=False)
     process = self._ctx.Process(
         target=_actor_process, name=f'clear-actor-{actor_id}', daemon=True,
         args=(self.config, actor_id, self._generations[actor_id],
-              self._shared, self._queue, self._stop))
+              self._shared, writer, self._stop))
     process.start()
-    return process
+    writer.close()  # The child holds its own copy.
+    self._processes[actor_id] = process
+    self._connections[actor_id] = reader
 
   def publish(self, weights, version):
     self._shared.write(weights, version)
 
+  def _restart(self, actor_id, reason):
+    process = self._processes[actor_id]
+    if process.is_alive():
+      process.kill()
+    process.join(5)
+    self._connections[actor_id].close()
+    self.num_restarts += 1
+    logging.warning('Actor %d died (%s); restart %d of at most %d.', actor_id,
+                    reason, self.num_restarts, self.config.max_restarts)
+    if self.num_restarts > self.config.max_restarts:
+      raise ActorFailure(
+          f'Actors died {self.num_restarts} times, more than '
+          f'max_restarts={self.config.max_restarts} (last: {reason}). See '
+          'the actor logs above.')
+    self._generations[actor_id] += 1
+    self._start(actor_id)
+
   def restart_dead_actors(self):
     """Restarts actors that died; raises ActorFailure past the limit."""
+    if self._stop.is_set():
+      return
     for actor_id, process in enumerate(self._processes):
-      if process.is_alive() or self._stop.is_set():
-        continue
-      self.num_restarts += 1
-      logging.warning('Actor %d died (exit code %s); restart %d of at most '
-                      '%d.', actor_id, process.exitcode, self.num_restarts,
-                      self.config.max_restarts)
-      if self.num_restarts > self.config.max_restarts:
-        raise ActorFailure(
-            f'Actors died {self.num_restarts} times, more than '
-            f'max_restarts={self.config.max_restarts}; last exit code '
-            f'{process.exitcode}. See the actor logs above.')
-      self._generations[actor_id] += 1
-      self._processes[actor_id] = self._start(actor_id)
+      if not process.is_alive() and not self._connections[actor_id].poll():
+        self._restart(actor_id, f'exit code {process.exitcode}')
 
   def get(self, timeout: float = 1.0) -> Optional[actor_lib.Trajectories]:
     """The next trajectories, or None if none came within `timeout`."""
+    self.restart_dead_actors()
+    ready = mp.connection.wait(self._connections, timeout)
+    if not ready:
+      return None
+    # Serve actors in turn so that none starves.
+    order = sorted(ready, key=lambda c: (self._connections.index(c) -
+                                         self._next) % len(self._connections))
+    connection = order[0]
+    actor_id = self._connections.index(connection)
+    self._next = actor_id + 1
     try:
-      return self._queue.get(timeout=timeout)
-    except queue_lib.Empty:
-      self.restart_dead_actors()
+      return connection.recv()
+    except (EOFError, OSError) as e:  # Died mid-send: drop the partial unroll.
+      self._restart(actor_id, f'{type(e).__name__} while receiving')
       return None
 
   @property
@@ -204,24 +240,17 @@ class LocalActorPool:
   def close(self, timeout: float = 10.0):
     """Stops every actor process; none is left behind."""
     self._stop.set()
+    for connection in self._connections:
+      connection.close()  # Unblocks actors waiting in send.
     deadline = time.time() + timeout
-    while any(p.is_alive() for p in self._processes) and (
-        time.time() < deadline):
-      try:  # Unblock actors waiting on a full queue.
-        while True:
-          self._queue.get_nowait()
-      except queue_lib.Empty:
-        pass
-      time.sleep(0.05)
     for process in self._processes:
+      process.join(max(0.0, deadline - time.time()))
       if process.is_alive():
         process.terminate()
         process.join(2)
       if process.is_alive():
         process.kill()
         process.join()
-    self._queue.cancel_join_thread()
-    self._queue.close()
 
 
 # --- Ray -----------------------------------------------------------------------

@@ -52,7 +52,6 @@ class RunConfig(NamedTuple):
     num_critic_pretrain_frames: frames of critic pretraining.
     backend: 'local' or 'ray'; ray_address: a cluster, or '' for local Ray.
     checkpoint_interval_s, log_interval_s: periods of those writes.
-    queue_size: bound of the actor -> learner queue.
     max_actor_restarts: dead-actor restarts before the run fails.
   """
   env_name: str
@@ -73,7 +72,6 @@ class RunConfig(NamedTuple):
   ray_address: str = ''
   checkpoint_interval_s: float = 600.0
   log_interval_s: float = 10.0
-  queue_size: int = 1
   max_actor_restarts: int = 20
 
 
@@ -248,7 +246,6 @@ def train(config: RunConfig,
       envs_per_actor=config.envs_per_actor, algorithm=config.algorithm,
       agent_config=config.agent_config, unroll_length=lc.unroll_length,
       num_actors=config.num_actors, seed=config.seed + 7919 * run.version,
-      queue_size=config.queue_size,
       max_restarts=config.max_actor_restarts)
   weights = run.policy.get_weights()
   pool = pool_lib.make_pool(config.backend, pool_config,
@@ -274,7 +271,8 @@ def train(config: RunConfig,
           continue
         episodes = run.accept(trajectories)
         write_episode_summaries(config.env_name, episodes, run.frames)
-        while run.ready() and run.frames < total:
+        while run.ready() and run.frames < total and (
+            max_updates is None or updates < max_updates):
           stats = run.update()
           if stats is None:
             continue

@@ -14,6 +14,7 @@ import logging as py_logging
 import os
 import signal
 import sys
+from typing import NamedTuple
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
@@ -48,23 +49,26 @@ flags.DEFINE_string('ray_address', '',
                     'Ray cluster address for --backend=ray (empty: a local '
                     'Ray on the loopback address).')
 flags.DEFINE_integer('num_actors', 1, 'Actor processes.')
-flags.DEFINE_integer('envs_per_actor', 32,
-                     'Environments each actor steps as one batch.')
+flags.DEFINE_integer('envs_per_actor', None,
+                     'Environments each actor steps as one batch (default: 64 '
+                     'for gym, 32 for Atari, 1 for SC2).')
 flags.DEFINE_integer('unroll_length', 20, 'Agent steps per unroll.')
 
 # --- Network --------------------------------------------------------------------
 flags.DEFINE_enum('network', 'auto',
                   ['auto', 'impala_shallow', 'impala_deep', 'mlp',
                    'fullyconv'], 'Agent torso.')
-flags.DEFINE_integer('core_size', 0,
-                     'LSTM size; 0 picks 256 for pixels, 64 for vectors.')
+flags.DEFINE_integer('core_size', None,
+                     'LSTM size (default: 256 for pixels, 64 for gym).')
 flags.DEFINE_bool('separate_critic', False,
                   'Give the critic its own network (needed to pretrain a '
                   'critic without a shared torso).')
 
 # --- Learner --------------------------------------------------------------------
 flags.DEFINE_integer('batch_size', 32, 'Unrolls per learner batch.')
-flags.DEFINE_float('learning_rate', 1e-3, 'Initial learning rate.')
+flags.DEFINE_float('learning_rate', None,
+                   'Initial learning rate (default: per env family, see '
+                   'FAMILY_DEFAULTS).')
 flags.DEFINE_enum('optimizer', 'adam', list(learner_lib.OPTIMIZERS),
                   'Optimizer (IMPALA used rmsprop).')
 flags.DEFINE_float('clip_grad_norm', 40.0,
@@ -72,7 +76,9 @@ flags.DEFINE_float('clip_grad_norm', 40.0,
 flags.DEFINE_float('discounting', 0.99, 'Discount factor.')
 flags.DEFINE_enum('reward_clipping', 'abs_one',
                   ['abs_one', 'soft_asymmetric', 'none'], 'Reward clipping.')
-flags.DEFINE_float('reward_scaling', 1.0, 'Rewards are scaled before clipping.')
+flags.DEFINE_float('reward_scaling', None,
+                   'Rewards are scaled before clipping (default: 0.1 for gym, '
+                   'whose dense rewards make values large, else 1).')
 flags.DEFINE_float('baseline_cost', 0.5, 'Weight of the baseline loss.')
 flags.DEFINE_float('entropy_cost', 0.01, 'Weight of the entropy term.')
 flags.DEFINE_bool('clip_advantage', False,
@@ -112,16 +118,38 @@ flags.DEFINE_integer('checkpoint_interval_s', 600, 'Seconds between checkpoints.
 flags.DEFINE_integer('log_interval_s', 10, 'Seconds between progress lines.')
 flags.DEFINE_integer('test_num_episodes', 10, 'Episodes played by --mode=test.')
 
-DEFAULT_STEP_MUL = {'atari': 4, 'sc2': 8, 'gym': 1}
+class FamilyDefaults(NamedTuple):
+  """Flag defaults that depend on the env family."""
+  step_mul: int
+  learning_rate: float
+  reward_scaling: float
+  core_size: int
+  envs_per_actor: int
+
+
+# gym: dense rewards (CartPole pays 1 a step) make values ~100, whose squared
+# baseline error would swamp the policy gradient; scaling by 0.1 fixes that.
+FAMILY_DEFAULTS = {
+    'gym': FamilyDefaults(step_mul=1, learning_rate=3e-3, reward_scaling=0.1,
+                          core_size=64, envs_per_actor=64),
+    'atari': FamilyDefaults(step_mul=4, learning_rate=6e-4,
+                            reward_scaling=1.0, core_size=256,
+                            envs_per_actor=32),
+    'sc2': FamilyDefaults(step_mul=8, learning_rate=3e-4, reward_scaling=1.0,
+                          core_size=256, envs_per_actor=1),
+}
 
 
 def env_family(name: str) -> str:
   return name.split(':', 1)[0]
 
 
-def step_mul_for(name, step_mul):
-  return step_mul if step_mul is not None else DEFAULT_STEP_MUL.get(
-      env_family(name), 1)
+def family_default(f, name):
+  """The flag's value, or its env-family default when left unset."""
+  value = getattr(f, name)
+  if value is None:
+    return getattr(FAMILY_DEFAULTS[env_family(f.env)], name)
+  return value
 
 
 def validate(f) -> None:
@@ -151,7 +179,8 @@ def validate(f) -> None:
         f'--num_critic_pretrain_frames ({f.num_critic_pretrain_frames:,}) '
         'exceeds --total_environment_frames '
         f'({f.total_environment_frames:,}).')
-  if f.num_actors < 1 or f.envs_per_actor < 1:
+  if f.num_actors < 1 or (f.envs_per_actor is not None and
+                          f.envs_per_actor < 1):
     problems.append('--num_actors and --envs_per_actor must be >= 1.')
   if f.step_mul is not None and f.step_mul < 1:
     problems.append(f'--step_mul must be >= 1 (got {f.step_mul}).')
@@ -162,11 +191,11 @@ def validate(f) -> None:
                     '--nofixed_step_mul set --max_step_mul instead.')
   if not 0.0 <= f.discounting <= 1.0:
     problems.append(f'--discounting must be in [0, 1] (got {f.discounting}).')
-  if f.learning_rate <= 0:
+  if f.learning_rate is not None and f.learning_rate <= 0:
     problems.append('--learning_rate must be > 0.')
   if f.test_num_episodes < 1:
     problems.append('--test_num_episodes must be >= 1.')
-  if env_family(f.env) not in DEFAULT_STEP_MUL:
+  if env_family(f.env) not in FAMILY_DEFAULTS:
     problems.append(f'--env={f.env!r}: unknown family; use atari:<Game>, '
                     'sc2:<Map> or gym:<id>.')
   if problems:
@@ -175,24 +204,26 @@ def validate(f) -> None:
 
 def config_from_flags(f) -> run_loop.RunConfig:
   num_replay = replay_lib.replay_batch_size(f.batch_size, f.replay_proportion)
-  step_mul = step_mul_for(f.env, f.step_mul)
+  step_mul = family_default(f, 'step_mul')
   env_options = {'fixed_step_mul': f.fixed_step_mul}
   if f.fixed_step_mul:
     env_options['step_mul'] = step_mul
   else:
     env_options['max_step_mul'] = f.max_step_mul
-  core_size = f.core_size or (64 if env_family(f.env) == 'gym' else 256)
+  core_size = family_default(f, 'core_size')
   learner_config = learner_lib.LearnerConfig(
       batch_size=f.batch_size, num_replay=num_replay,
       unroll_length=f.unroll_length,
       total_environment_frames=f.total_environment_frames,
       discounting=f.discounting, reward_clipping=f.reward_clipping,
-      reward_scaling=f.reward_scaling, baseline_cost=f.baseline_cost,
+      reward_scaling=family_default(f, 'reward_scaling'),
+      baseline_cost=f.baseline_cost,
       entropy_cost=f.entropy_cost,
       policy_cloning_cost=f.policy_cloning_cost if num_replay else 0.0,
       value_cloning_cost=f.value_cloning_cost if num_replay else 0.0,
       clip_grad_norm=f.clip_grad_norm, clip_advantage=f.clip_advantage,
-      learning_rate=f.learning_rate, optimizer=f.optimizer,
+      learning_rate=family_default(f, 'learning_rate'),
+      optimizer=f.optimizer,
       fixed_step_mul=f.fixed_step_mul, step_mul=step_mul,
       jit_compile=f.jit_compile)
   return run_loop.RunConfig(
@@ -200,7 +231,8 @@ def config_from_flags(f) -> run_loop.RunConfig:
       agent_config=policy_lib.AgentConfig(f.network, core_size,
                                           f.separate_critic),
       learner_config=learner_config, logdir=f.logdir, seed=f.seed,
-      num_actors=f.num_actors, envs_per_actor=f.envs_per_actor,
+      num_actors=f.num_actors,
+      envs_per_actor=family_default(f, 'envs_per_actor'),
       replay_buffer_size=f.replay_buffer_size,
       replay_sampling=f.replay_sampling, replay_storage=f.replay_storage,
       replay_prefill_unrolls=f.replay_prefill_unrolls,
@@ -244,7 +276,7 @@ def main(argv):
       return 0
     stop = StopSignal()
     result = run_loop.train(config, stop_requested=stop)
-  except ValueError as e:  # Bad env names, mismatched checkpoints, ...
+  except (ValueError, RuntimeError) as e:  # Bad env, checkpoint, no SC2...
     logging.error('%s', e)
     print(f'error: {e}', file=sys.stderr)
     return 2

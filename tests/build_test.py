@@ -18,8 +18,12 @@ RULES = ('py_library', 'py_test', 'py_binary')
 
 
 def _string(node):
+  """A string literal, or `requirement("pkg")` as the label '@pypi//pkg'."""
   if isinstance(node, ast.Constant) and isinstance(node.value, str):
     return node.value
+  if (isinstance(node, ast.Call) and getattr(node.func, 'id', '') ==
+      'requirement' and len(node.args) == 1):
+    return '@pypi//' + _string(node.args[0])
   raise ValueError(f'non-literal value in BUILD file: {ast.dump(node)}')
 
 

@@ -1,0 +1,182 @@
+"""Tests of unroll cutting, and of the local actor pool's processes."""
+
+import collections
+import os
+import signal
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+import envs
+from clear import actor as actor_lib
+from clear import actor_pool
+from clear import policy as policy_lib
+from clear import types
+
+
+class FakeEchoEnvForTest:
+  """A batched env whose observation echoes the last action taken.
+
+  Episodes last `length` steps; reward is the action. Lets the test see which
+  action led to which env output.
+  """
+
+  def __init__(self, num_envs=3, length=4):
+    self.num_envs = num_envs
+    self._length = length
+    self.spec = types.EnvSpec(
+        observation_spec=collections.OrderedDict(
+            vector=types.ArraySpec((2,), np.float32)),
+        action_spec=collections.OrderedDict(action=types.DiscreteSpec(5)),
+        name='fake:echo')
+    self._t = np.zeros(num_envs, np.int32)
+    self._ret = np.zeros(num_envs, np.float32)
+
+  def _output(self, action, reward, done):
+    obs = np.stack([action.astype(np.float32), self._t.astype(np.float32)],
+                   -1)
+    info = types.EpisodeInfo(self._ret.copy(), self._t.copy(), self._t.copy())
+    return types.StepOutput(reward, info, done, np.zeros_like(done),
+                            {'vector': obs})
+
+  def reset(self):
+    self._t[:] = 0
+    zeros = np.zeros(self.num_envs)
+    return self._output(zeros, zeros.astype(np.float32),
+                        np.zeros(self.num_envs, bool))
+
+  def step(self, action):
+    action = np.asarray(action['action'])
+    self._t += 1
+    reward = action.astype(np.float32)
+    self._ret += reward
+    done = self._t >= self._length
+    out = self._output(action, reward, done)
+    self._t[done] = 0
+    self._ret[done] = 0
+    return out
+
+  def close(self):
+    pass
+
+
+def make_actor(unroll_length=5):
+  env = FakeEchoEnvForTest()
+  policy = policy_lib.make_policy('impala', env.spec,
+                                  policy_lib.AgentConfig('mlp', 8), seed=1)
+  return actor_lib.Actor(env, policy, unroll_length)
+
+
+def test_unrolls_overlap_by_one_step_and_are_aligned():
+  actor = make_actor(unroll_length=5)
+  first = actor.collect().unroll
+  second = actor.collect().unroll
+  assert first.env_outputs.reward.shape == (6, 3)
+  assert first.agent_outputs.logits['action'].shape == (6, 3, 5)
+  # The first step of an unroll repeats the last step of the previous one.
+  for a, b in zip(np.asarray(first.env_outputs.observation['vector'][-1]),
+                  np.asarray(second.env_outputs.observation['vector'][0])):
+    np.testing.assert_array_equal(a, b)
+  np.testing.assert_array_equal(first.agent_outputs.action['action'][-1],
+                                second.agent_outputs.action['action'][0])
+  # agent_outputs[t].action is the action that led to env_outputs[t].
+  for unroll in (first, second):
+    np.testing.assert_array_equal(
+        unroll.env_outputs.observation['vector'][1:, :, 0],
+        unroll.agent_outputs.action['action'][1:])
+    np.testing.assert_array_equal(unroll.env_outputs.reward[1:],
+                                  unroll.agent_outputs.action['action'][1:])
+
+
+def test_agent_state_at_unroll_start_reproduces_the_behaviour():
+  """Re-unrolling from the stored state gives the actor's own logits."""
+  actor = make_actor(unroll_length=6)
+  actor.collect()
+  unroll = actor.collect().unroll
+  agent = actor._policy.agent
+  outputs, _ = agent.unroll(unroll.agent_outputs.action, unroll.env_outputs,
+                            unroll.agent_state)
+  np.testing.assert_allclose(outputs.logits['action'][:-1],
+                             unroll.agent_outputs.logits['action'][1:],
+                             atol=1e-5)
+  np.testing.assert_allclose(outputs.baseline[:-1],
+                             unroll.agent_outputs.baseline[1:], atol=1e-5)
+
+
+def test_finished_episodes_are_reported():
+  actor = make_actor(unroll_length=8)  # Episodes last 4 steps.
+  trajectories = actor.collect()
+  assert len(trajectories.episodes) == 2 * 3
+  for episode in trajectories.episodes:
+    assert episode.episode_step == 4
+  unroll = trajectories.unroll
+  rewards = unroll.env_outputs.reward[1:5, 0]
+  np.testing.assert_allclose(trajectories.episodes[0].episode_return,
+                             rewards.sum())
+
+
+def test_unroll_length_must_be_positive():
+  env = FakeEchoEnvForTest()
+  policy = policy_lib.make_policy('impala', env.spec,
+                                  policy_lib.AgentConfig('mlp', 8))
+  with pytest.raises(ValueError, match='unroll_length'):
+    actor_lib.Actor(env, policy, 0)
+
+
+def pool_config(**kwargs):
+  return actor_pool.ActorPoolConfig(
+      env_name='gym:CartPole-v1', env_options={}, envs_per_actor=4,
+      algorithm='impala', agent_config=policy_lib.AgentConfig('mlp', 8),
+      unroll_length=5, **{'num_actors': 2, **kwargs})
+
+
+def wait_for(pool, predicate, timeout=60.0):
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    trajectories = pool.get(timeout=0.5)
+    if trajectories is not None and predicate(trajectories):
+      return trajectories
+  raise AssertionError('no matching trajectories in time')
+
+
+def test_local_pool_delivers_versioned_unrolls_restarts_and_cleans_up():
+  env = envs.make('gym:CartPole-v1')
+  learner_policy = policy_lib.make_policy(
+      'impala', env.spec, policy_lib.AgentConfig('mlp', 8), seed=3)
+  env.close()
+  weights = learner_policy.get_weights()
+  before = {p.pid for p in psutil.Process().children(recursive=True)}
+  pool = actor_pool.LocalActorPool(pool_config(max_restarts=1),
+                                   [w.shape for w in weights])
+  children = []
+  try:
+    pool.publish(weights, 0)
+    got = wait_for(pool, lambda t: True)
+    assert got.unroll.env_outputs.reward.shape == (6, 4)
+    assert got.weights_version == 0
+    pool.publish([w + 1.0 for w in weights], 7)
+    wait_for(pool, lambda t: t.weights_version == 7)
+    children = [psutil.Process(pid) for pid in pool.pids]
+    # An actor dies mid-unroll: the pool restarts it and keeps delivering.
+    os.kill(pool.pids[0], signal.SIGKILL)
+    children[0].wait(10)
+    wait_for(pool, lambda t: pool.num_restarts == 1 and t.actor_id == 0)
+    children = [psutil.Process(pid) for pid in pool.pids]
+    # Past max_restarts the pool fails loudly instead of hanging.
+    os.kill(pool.pids[1], signal.SIGKILL)
+    children[1].wait(10)
+    with pytest.raises(actor_pool.ActorFailure, match='max_restarts'):
+      for _ in range(200):
+        pool.get(timeout=0.05)
+  finally:
+    pool.close()
+  # No actor process is left behind (multiprocessing's resource tracker,
+  # shared by the whole test process, may stay).
+  left = [p for p in psutil.Process().children(recursive=True)
+          if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE and
+          'resource_tracker' not in ' '.join(p.cmdline())]
+  assert not left, [p.cmdline() for p in left]
+  assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE
+                 for c in children)

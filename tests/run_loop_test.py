@@ -1,0 +1,124 @@
+"""Tests of the training run: phases, replay split, resume, test mode."""
+
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from clear import checkpoint as checkpoint_lib
+from clear import learner as learner_lib
+from clear import policy as policy_lib
+from clear import run_loop
+
+
+def make_config(logdir, **kwargs):
+  learner_kwargs = {k: kwargs.pop(k) for k in list(kwargs)
+                    if k in learner_lib.LearnerConfig._fields}
+  learner_config = learner_lib.LearnerConfig(
+      **{'batch_size': 4, 'num_replay': 2, 'unroll_length': 5,
+         'total_environment_frames': 5000, **learner_kwargs})
+  return run_loop.RunConfig(
+      **{'env_name': 'gym:CartPole-v1', 'env_options': {},
+         'algorithm': 'impala',
+         'agent_config': policy_lib.AgentConfig('mlp', 8),
+         'learner_config': learner_config, 'logdir': str(logdir),
+         'num_actors': 1, 'envs_per_actor': 4, 'log_interval_s': 0.0,
+         'checkpoint_interval_s': 3600.0, **kwargs})
+
+
+def saved_variables(logdir):
+  path = tf.train.latest_checkpoint(os.path.join(str(logdir), 'checkpoints'))
+  reader = tf.train.load_checkpoint(path)
+  return {name: reader.get_tensor(name)
+          for name in reader.get_variable_to_shape_map()}
+
+
+def phase_of(logdir):
+  return int(saved_variables(logdir)['phase/.ATTRIBUTES/VARIABLE_VALUE'])
+
+
+def test_phases_run_in_order_and_resume_where_they_stopped(tmp_path):
+  config = make_config(tmp_path, replay_prefill_unrolls=12,
+                       num_critic_pretrain_frames=200)
+  first = run_loop.train(config, max_updates=3)
+  # 12 prefill unrolls (60 frames) + 3 critic updates of 2 fresh unrolls.
+  assert first.phase == 'critic'
+  assert first.num_env_frames == 12 * 5 + 3 * 2 * 5
+  assert first.num_steps == 3
+  assert phase_of(tmp_path) == run_loop.CRITIC
+  second = run_loop.train(config, max_updates=30)
+  assert second.num_steps == 33
+  assert second.phase == 'main'
+  assert second.num_env_frames > first.num_env_frames
+  assert phase_of(tmp_path) == run_loop.MAIN
+  # Critic pretraining and main-phase summaries reached TensorBoard.
+  tags = set()
+  for path in glob.glob(os.path.join(str(tmp_path), 'events.out.tfevents*')):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      tags.update(v.tag for v in event.summary.value)
+  assert {'critic_pretrain/loss/baseline', 'loss/policy_cloning',
+          'runtime/policy_lag', 'replay/size',
+          'episode/gym:CartPole-v1/return'} <= tags
+
+
+def test_resume_restores_weights_and_optimizer_slots(tmp_path):
+  config = make_config(tmp_path)
+  run_loop.train(config, max_updates=2)
+  saved = saved_variables(tmp_path)
+  run = run_loop._Run(config)
+  assert run.restored
+  learner = run.policy.learner
+  assert run.frames == saved['num_env_frames/.ATTRIBUTES/VARIABLE_VALUE']
+  assert learner.num_steps.numpy() == 2
+  # Weights: the restored agent differs from a fresh one of the same seed.
+  fresh = policy_lib.make_policy('impala', run.policy.spec,
+                                 config.agent_config, seed=config.seed)
+  assert any(np.any(a != b) for a, b in zip(fresh.get_weights(),
+                                             run.policy.get_weights()))
+  checkpoint_lib.restore_agent_only(
+      os.path.join(str(tmp_path), 'checkpoints'), fresh.agent)
+  for a, b in zip(fresh.get_weights(), run.policy.get_weights()):
+    np.testing.assert_array_equal(a, b)
+  # Optimizer slots are created lazily and restored when they appear:
+  # Adam with zero gradients leaves m = beta1 * m_saved.
+  variables = run.policy.agent.trainable_variables
+  learner.optimizer.apply([tf.zeros_like(v) for v in variables], variables)
+  for i, m in enumerate(learner.optimizer.m):
+    np.testing.assert_allclose(
+        m.numpy(), 0.9 * saved[f'optimizer/m/{i}/.ATTRIBUTES/VARIABLE_VALUE'],
+        rtol=1e-6)
+  assert learner.optimizer.step.numpy() == 1 + saved[
+      'optimizer/step/.ATTRIBUTES/VARIABLE_VALUE']
+
+
+def test_logdir_of_another_network_is_rejected(tmp_path):
+  run_loop.train(make_config(tmp_path), max_updates=1)
+  other = make_config(tmp_path,
+                      agent_config=policy_lib.AgentConfig('mlp', 16))
+  with pytest.raises(checkpoint_lib.CheckpointError, match='core_size'):
+    run_loop.train(other, max_updates=1)
+
+
+def test_evaluate_writes_the_summary_json(tmp_path):
+  config = make_config(tmp_path)
+  run_loop.train(config, max_updates=2)
+  summary = run_loop.evaluate(config, num_episodes=5)
+  with open(os.path.join(str(tmp_path), 'test_results.json')) as f:
+    written = json.load(f)
+  assert written['num_episodes'] == 5
+  returns = np.asarray(written['returns'])
+  assert len(returns) == 5
+  np.testing.assert_allclose(written['mean'], returns.mean())
+  np.testing.assert_allclose(written['median'], np.median(returns))
+  assert written['min'] == returns.min() and written['max'] == returns.max()
+  low, high = written['ci95']
+  assert low <= written['mean'] <= high
+  assert summary['mean'] == written['mean']
+
+
+def test_evaluate_without_a_checkpoint_fails_clearly(tmp_path):
+  with pytest.raises(checkpoint_lib.CheckpointError, match='train first'):
+    run_loop.evaluate(make_config(tmp_path), num_episodes=2)
