@@ -45,6 +45,17 @@ def zero_step_output(spec: types.EnvSpec, batch_size: int) -> types.StepOutput:
                    for k, s in spec.observation_spec.items()})
 
 
+def example_batch(policy, unroll_length: int, batch_size: int):
+  """A zero `Unroll` batch `[T + 1, B]` shaped like real learner batches."""
+  time_major = lambda x: np.zeros((unroll_length + 1,) + x.shape, x.dtype)
+  return types.Unroll(
+      policy.initial_state(batch_size),
+      tree.map_structure(time_major, zero_step_output(policy.spec,
+                                                      batch_size)),
+      tree.map_structure(time_major, zero_agent_output(policy.spec,
+                                                       batch_size)))
+
+
 def zero_agent_output(spec: types.EnvSpec, batch_size: int):
   """The agent output that stands before the first step of an episode."""
   action, logits = {}, {}
@@ -92,6 +103,11 @@ class Policy(abc.ABC):
 
   def learn_critic(self, batch: types.Unroll) -> Dict[str, np.ndarray]:
     raise ValueError(f'{type(self).__name__} has no critic pretraining.')
+
+  def trace(self, example_batch: types.Unroll, critic: bool = False):
+    """Builds the learning graphs for batches like `example_batch` ahead of
+    time (e.g. while actors start), without updating anything."""
+    del example_batch, critic
 
   @property
   def num_env_frames(self) -> int:
@@ -159,6 +175,14 @@ class ImpalaPolicy(Policy):
 
   def learn_critic(self, batch):
     return to_numpy(self.learner.critic_step(batch))
+
+  def trace(self, example_batch, critic=False):
+    signature = tree.map_structure(
+        lambda x: tf.TensorSpec(np.shape(x), tf.as_dtype(np.asarray(x).dtype)),
+        example_batch)
+    self.learner.step.get_concrete_function(signature)
+    if critic:
+      self.learner.critic_step.get_concrete_function(signature)
 
   @property
   def num_env_frames(self):

@@ -252,6 +252,11 @@ def train(config: RunConfig,
                             [w.shape for w in weights],
                             config.ray_address or None)
   writer = tf.summary.create_file_writer(config.logdir)
+  with writer.as_default():  # Summary ops bind to the writer when traced.
+    # Build the learner's graphs while the actors start up.
+    run.policy.trace(policy_lib.example_batch(run.policy, lc.unroll_length,
+                                              lc.batch_size),
+                     critic=run.frames < config.num_critic_pretrain_frames)
   first_update_s = float('nan')
   updates = 0
   stopped_early = False

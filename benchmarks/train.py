@@ -1,0 +1,177 @@
+r"""End-to-end benchmark of `clear.train`: speed, time to a return, memory.
+
+Runs the real binary as a subprocess for each case, samples the memory of
+its whole process tree, then reads the run's TensorBoard events back.
+Prints one JSON object with, per case: env frames per second (from the first
+update, and over the second half of the run), learner updates per second,
+seconds from launch to the first update, seconds and frames to the return
+threshold (100-episode mean), the final 100-episode mean, peak memory of the
+process tree, mean policy lag and the replay share.
+
+  python -m benchmarks.train                  # CartPole and Pong, replay 0/50%
+  python -m benchmarks.train --cases=cartpole_clear --quick
+"""
+
+import collections
+import glob
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+import numpy as np
+import psutil
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list('cases', ['cartpole_impala', 'cartpole_clear',
+                            'pong_impala', 'pong_clear'], 'Cases to run.')
+flags.DEFINE_bool('quick', False, 'Short runs (a smoke test of the script).')
+flags.DEFINE_string('logdir', '', 'Where runs go (default: a temp folder).')
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# name -> (flags, full frames, quick frames, return threshold)
+CASES = {
+    'cartpole_impala': (['--env=gym:CartPole-v1', '--replay_proportion=0'],
+                        400_000, 40_000, 475.0),
+    'cartpole_clear': (['--env=gym:CartPole-v1', '--replay_proportion=0.5'],
+                       400_000, 40_000, 475.0),
+    'pong_impala': (['--env=atari:Pong', '--replay_proportion=0'],
+                    300_000, 20_000, 18.0),
+    'pong_clear': (['--env=atari:Pong', '--replay_proportion=0.5'],
+                   300_000, 20_000, 18.0),
+}
+
+
+def tree_memory(process: psutil.Process):
+  """(RSS sum, PSS sum) of a process and all its descendants, bytes.
+
+  RSS counts pages shared between the processes (TensorFlow's libraries)
+  once per process; PSS splits each shared page among its sharers, so the
+  PSS sum is the memory the tree really holds.
+  """
+  rss = pss = 0
+  for p in [process] + process.children(recursive=True):
+    try:
+      info = p.memory_full_info()
+    except psutil.Error:
+      continue
+    rss += info.rss
+    pss += info.pss
+  return rss, pss
+
+
+def read_events(logdir):
+  """tag -> list of (wall_time, step, value), in file order."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  events = collections.defaultdict(list)
+  for path in sorted(glob.glob(os.path.join(logdir, 'events.out.tfevents*'))):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        if value.HasField('tensor'):
+          array = tf.make_ndarray(value.tensor)
+          if array.size != 1:
+            continue  # Histograms.
+          number = float(array.reshape(()))
+        else:
+          number = value.simple_value
+        events[value.tag].append((event.wall_time, event.step, number))
+  return events
+
+
+def rate(series, start_time):
+  """Increase per second of a counter series after `start_time`."""
+  after = [(t, v) for t, _, v in series if t >= start_time]
+  if len(after) < 2 or after[-1][0] <= after[0][0]:
+    return float('nan')
+  return (after[-1][1] - after[0][1]) / (after[-1][0] - after[0][0])
+
+
+def time_to_threshold(returns, threshold, launch):
+  """(seconds, frames) when the 100-episode mean first reaches threshold."""
+  window = collections.deque(maxlen=100)
+  for wall, step, value in returns:
+    window.append(value)
+    if len(window) == 100 and np.mean(window) >= threshold:
+      return wall - launch, step
+  return None, None
+
+
+def run_case(name, logdir):
+  args, frames, quick_frames, threshold = CASES[name]
+  total = quick_frames if FLAGS.quick else frames
+  cmd = [sys.executable, '-m', 'clear.train', *args, f'--logdir={logdir}',
+         f'--total_environment_frames={total}', '--log_interval_s=5']
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='2')
+  launch = time.time()
+  process = subprocess.Popen(cmd, cwd=ROOT, env=env,
+                             stdout=subprocess.DEVNULL,
+                             stderr=open(os.path.join(logdir, 'stderr.log'),
+                                         'w'))
+  watched = psutil.Process(process.pid)
+  peak_rss = peak_pss = 0
+  while process.poll() is None:
+    rss, pss = tree_memory(watched)
+    peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
+    time.sleep(0.5)
+  wall = time.time() - launch
+  if process.returncode:
+    raise RuntimeError(f'{name} failed; see {logdir}/stderr.log')
+  events = read_events(logdir)
+  steps = events['num_steps']
+  frames_series = events['num_env_frames']
+  first_update = steps[0][0]
+  end = frames_series[-1][0]
+  returns = events[next(t for t in events if t.endswith('/return'))]
+  seconds, frames_at = time_to_threshold(returns, threshold, launch)
+  final = [v for _, _, v in returns[-100:]]
+  lags = [v for _, _, v in events['runtime/policy_lag']]
+  num_replay = 0.5 if 'clear' in name else 0.0
+  return {
+      'flags': args, 'total_environment_frames': total,
+      'wall_time_s': wall,
+      'launch_to_first_update_s': first_update - launch,
+      'env_frames_per_s_from_first_update': rate(frames_series, first_update),
+      'env_frames_per_s_second_half': rate(
+          frames_series, first_update + (end - first_update) / 2),
+      'updates_per_s': rate(steps, first_update),
+      'return_threshold': threshold,
+      'time_to_threshold_s': seconds, 'frames_to_threshold': frames_at,
+      'final_100_episode_mean_return': float(np.mean(final)) if final else
+                                       None,
+      'episodes': len(returns),
+      'peak_memory_process_tree_pss_mb': peak_pss / 1e6,
+      'peak_memory_process_tree_rss_sum_mb': peak_rss / 1e6,
+      'mean_policy_lag_updates': float(np.mean(lags)) if lags else None,
+      'replay_share': num_replay,
+  }
+
+
+def main(argv):
+  del argv
+  base = FLAGS.logdir or tempfile.mkdtemp(prefix='clear_bench_')
+  results = {}
+  for name in FLAGS.cases:
+    logdir = os.path.join(base, name)
+    os.makedirs(logdir, exist_ok=True)
+    results[name] = run_case(name, logdir)
+  print(json.dumps({
+      'benchmark': 'train', 'quick': FLAGS.quick,
+      'machine': {'cpus': os.cpu_count(),
+                  'memory_gb': psutil.virtual_memory().total / 1e9,
+                  'python': platform.python_version()},
+      'baselines_same_machine_rllib_2_60_impala': {
+          'cartpole_env_frames_per_s': 1480,
+          'cartpole_time_to_475_s': [171, 286],
+          'cartpole_peak_memory_mb': 1900,
+          'pong_env_frames_per_s_64x64_cnn_no_lstm': 910},
+      'cases': results}, indent=2))
+
+
+if __name__ == '__main__':
+  app.run(main)
