@@ -75,9 +75,12 @@ def test_same_seed_is_reproducible():
                                   b.info.episode_frames)
 
 
-def test_max_pool_and_resize_match_reference():
+@pytest.mark.parametrize('mode,interpolation', [
+    ('linear', cv2.INTER_LINEAR), ('area', cv2.INTER_AREA)])
+def test_max_pool_and_resize_match_reference(mode, interpolation):
   """Compares against a plain ALE, max-pooled and resized here."""
-  env = atari.AtariEnv('Pong', seed=5, noop_max=0, frame_stack=2)
+  env = atari.AtariEnv('Pong', seed=5, noop_max=0, frame_stack=2,
+                       resize=mode)
   ale = ale_py.ALEInterface()
   ale.setInt('random_seed', 5)
   ale.setFloat('repeat_action_probability', 0.0)
@@ -86,7 +89,7 @@ def test_max_pool_and_resize_match_reference():
   ale.reset_game()
 
   def reference(screen):
-    return cv2.resize(screen, (84, 84), interpolation=cv2.INTER_AREA)
+    return cv2.resize(screen, (84, 84), interpolation=interpolation)
 
   first = env.reset()['frame']
   expected_prev = reference(ale.getScreenGrayscale())
@@ -136,7 +139,7 @@ def test_dynamic_step_mul_single_frame_has_no_pooling():
     t = env.step({'action': 0, types.STEP_MUL_KEY: 0})
     assert t.frames == 1
   expected = cv2.resize(ale.getScreenGrayscale(), (84, 84),
-                        interpolation=cv2.INTER_AREA)
+                        interpolation=cv2.INTER_LINEAR)
   np.testing.assert_array_equal(t.observation['frame'][..., 0], expected)
 
 
@@ -189,3 +192,8 @@ def test_terminal_on_life_loss():
 def test_unknown_game():
   with pytest.raises(ValueError, match=r"Unknown Atari game 'Pongg'.*'Pong'"):
     envs.make('atari:Pongg')
+
+
+def test_unknown_resize_mode_is_rejected():
+  with pytest.raises(ValueError, match='resize'):
+    atari.AtariEnv('Pong', resize='cubic')
