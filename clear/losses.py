@@ -244,20 +244,18 @@ def impala_clear_loss(target_logits,
                      f'got {num_replay!r} with B = {batch_size}.')
 
   # Log-probabilities of the taken joint action (product over heads).
-  target_log_probs = tf.add_n(tf.nest.flatten(
-      vtrace.log_probs_from_logits_and_actions(target_logits, actions)))
-  behaviour_log_probs = tf.add_n(tf.nest.flatten(
-      vtrace.log_probs_from_logits_and_actions(behaviour_logits, actions)))
-  log_rhos = target_log_probs - behaviour_log_probs
-
-  vtrace_returns = vtrace.from_importance_weights(
-      log_rhos=log_rhos,
+  vtrace_returns = vtrace.from_logits(
+      behaviour_policy_logits=behaviour_logits,
+      target_policy_logits=target_logits,
+      actions=actions,
       discounts=discounts,
       rewards=rewards,
       values=values,
       bootstrap_value=bootstrap_value,
       clip_rho_threshold=clip_rho_threshold,
       clip_pg_rho_threshold=clip_pg_rho_threshold)
+  target_log_probs = vtrace_returns.target_action_log_probs
+  log_rhos = vtrace_returns.log_rhos
   vs = tf.stop_gradient(vtrace_returns.vs)
   pg_advantages = tf.stop_gradient(vtrace_returns.pg_advantages)
 

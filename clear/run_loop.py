@@ -300,17 +300,21 @@ def train(config: RunConfig,
           tf.summary.scalar('runtime/actor_restarts', pool.num_restarts,
                             step=step)
           if run.buffer is not None:
-            stats = run.buffer.stats()
-            tf.summary.scalar('replay/size', stats.size, step=step)
-            tf.summary.scalar('replay/bytes', stats.nbytes, step=step)
+            replay_stats = run.buffer.stats()
+            tf.summary.scalar('replay/size', replay_stats.size, step=step)
+            tf.summary.scalar('replay/bytes', replay_stats.nbytes, step=step)
           logging.info(progress.progress_line(
               run.phase_name, run.frames, total, fps, ups,
               run.episodes.mean_return, len(run.episodes.returns),
               float(np.mean(run.lags)) if run.lags else 0.0))
           if run.buffer is not None:
-            logging.info('replay: %d/%d unrolls, %.1f MB',
-                         len(run.buffer), run.buffer.capacity,
-                         run.buffer.nbytes / 1e6)
+            frames_per_unroll = lc.unroll_length * lc.step_mul
+            logging.info(
+                'replay: %d/%d unrolls (%s/%s env frames), %.1f MB',
+                len(run.buffer), run.buffer.capacity,
+                f'{len(run.buffer) * frames_per_unroll:,}',
+                f'{run.buffer.capacity * frames_per_unroll:,}',
+                run.buffer.nbytes / 1e6)
           last_log = now
         if now - last_checkpoint >= config.checkpoint_interval_s:
           run.checkpointer.save()
