@@ -32,11 +32,14 @@ class Trajectories(NamedTuple):
     episodes: `Episode`s that finished during the unroll.
     weights_version: version of the weights the policy acted with.
     actor_id: which actor produced it.
+    env_restarts: environment relaunches after crashes so far (cumulative,
+      this actor).
   """
   unroll: types.Unroll
   episodes: List[Episode]
   weights_version: int
   actor_id: int
+  env_restarts: int = 0
 
 
 def finished_episodes(env_output: types.StepOutput) -> List[Episode]:
@@ -103,7 +106,8 @@ class Actor:
         episodes.extend(finished_episodes(self._env_output))
     unroll = types.Unroll(initial_state, stack_time(env_outputs),
                           stack_time(agent_outputs))
-    return Trajectories(unroll, episodes, self.weights_version, self.actor_id)
+    return Trajectories(unroll, episodes, self.weights_version, self.actor_id,
+                        getattr(self._env, 'num_env_restarts', 0))
 
   def close(self):
     self._env.close()

@@ -11,6 +11,10 @@ version)` after each update, `get(timeout)` for the next `Trajectories`, and
   unroll batch ahead; weights go out through one shared-memory array with a
   version counter. A dead actor is restarted with fresh episodes and a fresh
   core state; its partial unroll is simply dropped.
+- `InlineActorPool`: the actors step in the learner's own process, taking
+  turns with the updates. No parallelism, but one TensorFlow runtime (less
+  memory) and a fixed order of acting and learning, so a seeded run is
+  reproducible step for step.
 - `RayActorPool`: the actors are Ray actors (an existing engine; point
   `address` at a cluster), the learner stays in the driver.
 """
@@ -27,7 +31,7 @@ import numpy as np
 from clear import actor as actor_lib
 from clear import policy as policy_lib
 
-BACKENDS = ('local', 'ray')
+BACKENDS = ('local', 'inline', 'ray')
 
 
 class ActorPoolConfig(NamedTuple):
@@ -56,7 +60,14 @@ class ActorPoolConfig(NamedTuple):
 
 
 class ActorFailure(RuntimeError):
-  """Actors keep dying beyond the allowed number of restarts."""
+  """Actors keep dying beyond the allowed number of restarts, or an
+  environment failed for good (e.g. too many consecutive crashes)."""
+
+
+class _FatalActorError(NamedTuple):
+  """Sent by an actor process whose environment failed for good."""
+  actor_id: int
+  message: str
 
 
 def actor_seed(config: ActorPoolConfig, actor_id: int, generation: int):
@@ -146,7 +157,15 @@ def _actor_process(config, actor_id, generation, shared, connection, stop):
       if weights is None and version < 0:
         time.sleep(0.01)  # No weights published yet.
         continue
-      trajectories = worker.collect(weights, new_version)
+      try:
+        trajectories = worker.collect(weights, new_version)
+      except Exception as e:  # pylint: disable=broad-except
+        import envs  # pylint: disable=g-import-not-at-top
+        if not isinstance(e, envs.EnvCrashError):
+          raise
+        # Restarting the actor would not help: report and stop.
+        connection.send(_FatalActorError(actor_id, str(e)))
+        return
       version = new_version
       connection.send(trajectories)  # Blocks while the learner is busy.
   except (KeyboardInterrupt, BrokenPipeError, EOFError, OSError):
@@ -228,10 +247,13 @@ class LocalActorPool:
     actor_id = self._connections.index(connection)
     self._next = actor_id + 1
     try:
-      return connection.recv()
+      received = connection.recv()
     except (EOFError, OSError) as e:  # Died mid-send: drop the partial unroll.
       self._restart(actor_id, f'{type(e).__name__} while receiving')
       return None
+    if isinstance(received, _FatalActorError):
+      raise ActorFailure(f'Actor {received.actor_id}: {received.message}')
+    return received
 
   @property
   def pids(self):
@@ -251,6 +273,44 @@ class LocalActorPool:
       if process.is_alive():
         process.kill()
         process.join()
+
+
+# --- Inline ------------------------------------------------------------------
+
+
+class InlineActorPool:
+  """Actors in the learner's process; each `get` collects one unroll batch.
+
+  Actors take turns, and each collects with the newest published weights,
+  so the data a seeded run sees depends on nothing but the seed.
+  """
+
+  def __init__(self, config: ActorPoolConfig):
+    self.config = config
+    self._workers = [ActorWorker(config, i) for i in range(config.num_actors)]
+    self._weights = None
+    self._version = -1
+    self._next = 0
+    self.num_restarts = 0
+
+  def publish(self, weights, version):
+    self._weights, self._version = weights, version
+
+  def get(self, timeout: float = 1.0) -> Optional[actor_lib.Trajectories]:
+    del timeout  # Collecting is synchronous.
+    if self._weights is None:
+      raise RuntimeError('InlineActorPool.get: publish weights first.')
+    worker = self._workers[self._next]
+    self._next = (self._next + 1) % len(self._workers)
+    return worker.collect(self._weights, self._version)
+
+  @property
+  def pids(self):
+    return []
+
+  def close(self):
+    for worker in self._workers:
+      worker.close()
 
 
 # --- Ray -----------------------------------------------------------------------
@@ -313,6 +373,8 @@ class RayActorPool:
     index = self._in_flight.pop(ready[0])
     try:
       result = self._ray.get(ready[0])
+    except self._ray.exceptions.RayTaskError as e:
+      raise ActorFailure(f'Ray actor {index} failed: {e}') from e
     except self._ray.exceptions.RayActorError as e:
       self.num_restarts += 1
       logging.warning('Ray actor %d died (%s); restart %d.', index, e,
@@ -338,6 +400,8 @@ def make_pool(backend: str, config: ActorPoolConfig, weight_shapes,
               ray_address: Optional[str] = None):
   if backend == 'local':
     return LocalActorPool(config, weight_shapes)
+  if backend == 'inline':
+    return InlineActorPool(config)
   if backend == 'ray':
     return RayActorPool(config, ray_address)
   raise ValueError(f'backend must be one of {BACKENDS}, got {backend!r}.')

@@ -33,6 +33,8 @@ def check_run_identity(directory: str, identity: Dict[str, object]):
     CheckpointError: naming the fields that differ.
   """
   os.makedirs(directory, exist_ok=True)
+  # Values JSON cannot hold (e.g. an injected env factory) compare by repr.
+  identity = json.loads(json.dumps(identity, default=repr, sort_keys=True))
   path = os.path.join(directory, RUN_FILE)
   if os.path.exists(path):
     try:
@@ -100,10 +102,25 @@ class Checkpointer:
     logging.info('Restored checkpoint %s', path)
     return path
 
+  @property
+  def next_number(self) -> int:
+    """The number the next `save` will carry (ckpt-<number>)."""
+    return int(self._checkpoint.save_counter.numpy()) + 1
+
+  @property
+  def kept_numbers(self):
+    """Numbers of the checkpoints still on disk."""
+    return [int(p.rsplit('-', 1)[1]) for p in self._manager.checkpoints]
+
   def save(self) -> str:
-    path = self._manager.save()
+    path = self._manager.save(checkpoint_number=self.next_number)
     logging.info('Saved checkpoint %s', path)
     return path
+
+
+def checkpoint_number(path: str) -> int:
+  """'.../ckpt-12' -> 12."""
+  return int(path.rsplit('-', 1)[1])
 
 
 def restore_agent_only(directory: str, agent) -> str:

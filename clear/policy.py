@@ -138,7 +138,6 @@ class ImpalaPolicy(Policy):
                learner_config: Optional[learner_lib.LearnerConfig] = None,
                seed: int = 0):
     super().__init__(spec)
-    tf.random.set_seed(seed)
     self.agent = agents.make_agent(spec, network=agent_config.network,
                                    core_size=agent_config.core_size,
                                    separate_critic=agent_config.separate_critic,

@@ -193,11 +193,11 @@ class ReplayBuffer:
           f'{meta["capacity"]} and sampling {meta["sampling"]!r}, this one '
           f'{self.capacity} and {self.sampling!r}.')
     self._allocate(template)
-    if meta['num_leaves'] != len(self._leaves):
+    if meta['size'] and meta['num_leaves'] != len(self._leaves):
       raise ValueError('ReplayBuffer.restore: saved unrolls have a different '
                        'structure from this agent\'s.')
     size = meta['size']
-    for i, leaf in enumerate(self._leaves):
+    for i, leaf in enumerate(self._leaves if size else ()):
       saved = np.load(os.path.join(directory, f'contents_{i:03d}.npy'),
                       allow_pickle=False)
       if saved.shape[1:] != leaf.shape[1:] or saved.dtype != leaf.dtype:

@@ -12,9 +12,11 @@ Everything the run writes lives under `logdir`: TensorBoard event files,
 """
 
 import collections
+import glob
 import json
 import logging
 import os
+import shutil
 import time
 from typing import Callable, NamedTuple, Optional
 
@@ -50,9 +52,14 @@ class RunConfig(NamedTuple):
     replay_storage: 'memory' or 'memmap' (under logdir/replay_memmap).
     replay_prefill_unrolls: unrolls put in replay before the first update.
     num_critic_pretrain_frames: frames of critic pretraining.
-    backend: 'local' or 'ray'; ray_address: a cluster, or '' for local Ray.
+    backend: 'local', 'inline' or 'ray'; ray_address: a Ray cluster, or ''
+      for a local Ray.
     checkpoint_interval_s, log_interval_s: periods of those writes.
     max_actor_restarts: dead-actor restarts before the run fails.
+    allow_empty_replay_on_resume: resume even when the checkpoint's replay
+      contents are missing, with an empty buffer (logged as a warning).
+    stop_on_nonfinite: stop the run at the first update skipped for
+      non-finite numbers (by default such updates are skipped and counted).
   """
   env_name: str
   env_options: dict
@@ -73,6 +80,12 @@ class RunConfig(NamedTuple):
   checkpoint_interval_s: float = 600.0
   log_interval_s: float = 10.0
   max_actor_restarts: int = 20
+  allow_empty_replay_on_resume: bool = False
+  stop_on_nonfinite: bool = False
+
+
+class NonFiniteUpdate(RuntimeError):
+  """A batch produced a non-finite loss or gradient (run asked to stop)."""
 
 
 class RunResult(NamedTuple):
@@ -146,15 +159,66 @@ class _Run:
           seed=config.seed, storage=config.replay_storage,
           directory=os.path.join(config.logdir, 'replay_memmap'))
       if self.restored:
-        logging.warning('Resuming with an empty replay buffer: it refills '
-                        'from fresh unrolls before replay resumes.')
+        self._restore_replay()
     if self.phase.numpy() == PREFILL and not config.replay_prefill_unrolls:
       self.phase.assign(CRITIC)
     self._advance_phase()
     self.version = int(self.policy.learner.num_steps.numpy())
     self.episodes = progress.EpisodeStats()
     self.lags = collections.deque(maxlen=100)
+    self.env_restarts = {}  # Actor id -> its cumulative env relaunches.
     self.pending = collections.deque()
+
+  def _replay_dir(self, number):
+    return os.path.join(self.checkpointer.directory, f'replay-{number}')
+
+  def _restore_replay(self):
+    """Loads the replay saved with the restored checkpoint.
+
+    Raises:
+      CheckpointError: the contents are missing or unreadable, unless the
+        run allows starting with an empty buffer.
+    """
+    directory = self._replay_dir(
+        checkpoint_lib.checkpoint_number(self.restored))
+    template = split_unrolls(policy_lib.example_batch(
+        self.policy, self.config.learner_config.unroll_length, 1))[0]
+    try:
+      self.buffer.restore(directory, template)
+    except (OSError, ValueError, KeyError) as e:
+      if not self.config.allow_empty_replay_on_resume:
+        raise checkpoint_lib.CheckpointError(
+            f'The replay buffer saved with {self.restored} cannot be read '
+            f'({type(e).__name__}: {e}). Pass '
+            '--allow_empty_replay_on_resume to resume with an empty buffer.'
+        ) from e
+      logging.warning('Resuming with an EMPTY replay buffer (%s: %s); it '
+                      'refills from fresh unrolls.', type(e).__name__, e)
+      return
+    logging.info('Restored %d replayed unrolls (%d seen) from %s.',
+                 len(self.buffer), self.buffer.num_seen, directory)
+
+  def save(self):
+    """Writes the replay (if any), then the checkpoint that points to it.
+
+    The replay folder is complete under its final name before the
+    checkpoint index moves, so the latest checkpoint always has its replay.
+    """
+    number = self.checkpointer.next_number
+    if self.buffer is not None:
+      final = self._replay_dir(number)
+      partial = final + '.partial'
+      for stale in (partial, final):
+        shutil.rmtree(stale, ignore_errors=True)
+      self.buffer.save(partial)
+      os.replace(partial, final)
+    self.checkpointer.save()
+    kept = set(self.checkpointer.kept_numbers)
+    for path in glob.glob(os.path.join(self.checkpointer.directory,
+                                       'replay-*')):
+      suffix = path.rsplit('-', 1)[1]
+      if not suffix.isdigit() or int(suffix) not in kept:
+        shutil.rmtree(path, ignore_errors=True)
 
   @property
   def frames(self) -> int:
@@ -177,6 +241,7 @@ class _Run:
   def accept(self, trajectories):
     self.episodes.add(trajectories.episodes)
     self.lags.append(self.version - trajectories.weights_version)
+    self.env_restarts[trajectories.actor_id] = trajectories.env_restarts
     self.pending.extend(split_unrolls(trajectories.unroll))
     return trajectories.episodes
 
@@ -282,6 +347,17 @@ def train(config: RunConfig,
           if stats is None:
             continue
           updates += 1
+          if bool(stats.get('skipped', False)):
+            skipped = int(stats['num_skipped_steps'])
+            logging.warning('Update skipped: non-finite loss or gradient '
+                            '(%d skipped so far). Weights are unchanged.',
+                            skipped)
+            if config.stop_on_nonfinite:
+              raise NonFiniteUpdate(
+                  'A batch produced a non-finite loss or gradient; stopping '
+                  'as --stop_on_nonfinite asks. The weights were not '
+                  'updated, and the final checkpoint holds the last finite '
+                  'model.')
           if updates == 1:
             first_update_s = time.monotonic() - start
             logging.info('First update %.1f s after launch.', first_update_s)
@@ -299,6 +375,8 @@ def train(config: RunConfig,
                             step=step)
           tf.summary.scalar('runtime/actor_restarts', pool.num_restarts,
                             step=step)
+          tf.summary.scalar('runtime/env_restarts',
+                            sum(run.env_restarts.values()), step=step)
           if run.buffer is not None:
             replay_stats = run.buffer.stats()
             tf.summary.scalar('replay/size', replay_stats.size, step=step)
@@ -317,13 +395,14 @@ def train(config: RunConfig,
                 run.buffer.nbytes / 1e6)
           last_log = now
         if now - last_checkpoint >= config.checkpoint_interval_s:
-          run.checkpointer.save()
+          run.save()
           last_checkpoint = now
   finally:
     pool.close()
-    run.checkpointer.save()
+    run.save()
     writer.flush()
-  return RunResult(run.frames, run.version, run.phase_name,
+  return RunResult(run.frames, int(run.policy.learner.num_steps.numpy()),
+                   run.phase_name,
                    run.episodes.mean_return, run.episodes.total,
                    time.monotonic() - start, first_update_s, stopped_early)
 

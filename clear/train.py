@@ -43,8 +43,10 @@ flags.DEFINE_integer('total_environment_frames', 400_000,
                      'Environment frames to train for (replay excluded).')
 
 # --- Actors ---------------------------------------------------------------------
-flags.DEFINE_enum('backend', 'local', ['local', 'ray'],
-                  'Actors as local processes, or as Ray actors.')
+flags.DEFINE_enum('backend', 'local', ['local', 'inline', 'ray'],
+                  'Actors as local processes, inside the learner process '
+                  '(acting and learning take turns: reproducible, less '
+                  'memory), or as Ray actors.')
 flags.DEFINE_string('ray_address', '',
                     'Ray cluster address for --backend=ray (empty: a local '
                     'Ray on the loopback address).')
@@ -95,6 +97,9 @@ flags.DEFINE_enum('replay_storage', 'memory', list(replay_lib.STORAGE_MODES),
                   'Keep replay in memory or memory-mapped under --logdir.')
 flags.DEFINE_integer('replay_prefill_unrolls', 0,
                      'Unrolls stored in replay before the first update.')
+flags.DEFINE_bool('allow_empty_replay_on_resume', False,
+                  'Resume even if the replay saved with the checkpoint is '
+                  'missing or unreadable, starting with an empty buffer.')
 flags.DEFINE_float('policy_cloning_cost', 0.01,
                    'Weight of the CLEAR policy-cloning KL.')
 flags.DEFINE_float('value_cloning_cost', 0.005,
@@ -112,6 +117,10 @@ flags.DEFINE_integer('step_mul', None,
                      '8 SC2, 1 gym).')
 flags.DEFINE_integer('max_step_mul', 8,
                      'Number of choices of the dynamic step multiplier.')
+
+flags.DEFINE_bool('stop_on_nonfinite', False,
+                  'Stop at the first update with a non-finite loss or '
+                  'gradient (default: skip it, count it and go on).')
 
 # --- Bookkeeping ----------------------------------------------------------------
 flags.DEFINE_integer('checkpoint_interval_s', 600, 'Seconds between checkpoints.')
@@ -239,7 +248,9 @@ def config_from_flags(f) -> run_loop.RunConfig:
       num_critic_pretrain_frames=f.num_critic_pretrain_frames,
       backend=f.backend, ray_address=f.ray_address,
       checkpoint_interval_s=f.checkpoint_interval_s,
-      log_interval_s=f.log_interval_s)
+      log_interval_s=f.log_interval_s,
+      allow_empty_replay_on_resume=f.allow_empty_replay_on_resume,
+      stop_on_nonfinite=f.stop_on_nonfinite)
 
 
 class StopSignal:

@@ -7,6 +7,8 @@ and `envs.batched`.
 """
 
 from envs.batched import BatchedEnv
+from envs.recovery import CrashRecoveryEnv
+from envs.recovery import EnvCrashError
 from envs.registry import make
 
-__all__ = ['BatchedEnv', 'make']
+__all__ = ['BatchedEnv', 'CrashRecoveryEnv', 'EnvCrashError', 'make']

@@ -7,6 +7,11 @@ Auto-reset: when environment i's episode ends in `step`, row i holds the
 last reward, `done=True`, the finished episode's totals in `info`, and the
 *first observation of the next episode*; the next step's info for that row
 counts from zero again.
+
+A crash-recovery wrapper (`envs.recovery`) reports a crashed step as a
+truncated transition carrying the relaunched env's first observation; the
+`reset()` that follows returns that observation without resetting again.
+`num_env_restarts` exports the relaunch count.
 """
 
 from typing import Sequence
@@ -38,6 +43,12 @@ class BatchedEnv:
   @property
   def num_envs(self) -> int:
     return len(self._envs)
+
+  @property
+  def num_env_restarts(self) -> int:
+    """Crash relaunches so far, summed over the envs (see `envs.recovery`);
+    0 for envs without crash recovery."""
+    return sum(int(getattr(env, 'num_restarts', 0)) for env in self._envs)
 
   @property
   def envs(self):

@@ -4,16 +4,33 @@ Names are `<family>:<game>`: `atari:Pong`, `gym:CartPole-v1`,
 `sc2:MoveToBeacon`. Each family module (imported lazily, so Atari users
 never import pysc2) provides `DEFAULT_OPTIONS`, `check_game(game)` and
 `make(game, seed, **options) -> SingleEnv`.
+
+Families whose game runs in another process (sc2) also provide
+`CRASH_EXCEPTIONS`; `make` then wraps each env in
+`envs.recovery.CrashRecoveryEnv` (relaunch on crash, the episode ends as
+truncated) unless `max_env_failures=0`. `max_env_failures` is accepted by
+every family (it has no effect where the family declares no crash
+exceptions) and is not passed on to the family.
 """
 
+import functools
 import importlib
+import numbers
 
 from envs import batched
+from envs import recovery
 
 _FAMILIES = {
     'atari': 'envs.atari',
     'gym': 'envs.gym_env',
     'sc2': 'envs.sc2',
+}
+
+# Options every family accepts; the registry handles them itself.
+COMMON_OPTIONS = {
+    # The N-th consecutive crash of one env raises `recovery.EnvCrashError`;
+    # 0 disables crash recovery (crashes propagate as they are).
+    'max_env_failures': 5,
 }
 
 
@@ -25,7 +42,8 @@ def make(name: str, num_envs: int = 1, seed: int = 0,
     name: '<family>:<game>', family one of 'atari', 'gym', 'sc2'.
     num_envs: batch size B.
     seed: seed of the first environment.
-    **options: family options (see each family's `DEFAULT_OPTIONS`).
+    **options: family options (see each family's `DEFAULT_OPTIONS`) and
+      `COMMON_OPTIONS`.
 
   Returns:
     A `BatchedEnv` whose `reset`/`step` return `[B, ...]` StepOutputs.
@@ -42,15 +60,32 @@ def make(name: str, num_envs: int = 1, seed: int = 0,
   if int(num_envs) < 1:
     raise ValueError(f'num_envs must be >= 1, got {num_envs}.')
   module = importlib.import_module(_FAMILIES[family])
-  unknown = sorted(set(options) - set(module.DEFAULT_OPTIONS))
+  valid = set(module.DEFAULT_OPTIONS) | set(COMMON_OPTIONS)
+  unknown = sorted(set(options) - valid)
   if unknown:
     raise ValueError(f'Unknown options {unknown} for {family!r} '
-                     f'environments; valid: {sorted(module.DEFAULT_OPTIONS)}.')
+                     f'environments; valid: {sorted(valid)}.')
+  common = {k: options.pop(k, v) for k, v in COMMON_OPTIONS.items()}
+  max_failures = common['max_env_failures']
+  if (isinstance(max_failures, bool) or
+      not isinstance(max_failures, numbers.Integral) or max_failures < 0):
+    raise ValueError(f'max_env_failures must be an int >= 0, got '
+                     f'{max_failures!r}.')
+  max_failures = int(max_failures)
+  crash_exceptions = getattr(module, 'CRASH_EXCEPTIONS', ())
   module.check_game(game)
   envs = []
   try:
     for i in range(int(num_envs)):
-      envs.append(module.make(game, seed + i, **options))
+      build = functools.partial(module.make, game, seed + i, **options)
+      env = build()
+      if max_failures and crash_exceptions:
+        env = recovery.CrashRecoveryEnv(
+            env, crash_exceptions, max_consecutive_failures=max_failures,
+            factory=None if callable(getattr(env, 'relaunch', None))
+            else build,
+            name=f'{name}[{i}]')
+      envs.append(env)
   except BaseException:
     for env in envs:
       env.close()

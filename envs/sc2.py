@@ -15,8 +15,9 @@ Construction goes through an `env_factory(**sc2_env_kwargs)`; the default
 launches the real game via `pysc2.env.sc2_env.SC2Env` and raises
 `SC2NotInstalledError` with install instructions when the game is missing.
 For tests pass `env_factory=pysc2.env.mock_sc2_env.SC2TestEnv`.
-`SC2Env.relaunch()` rebuilds the underlying env (the hook for crash
-recovery).
+`SC2Env.relaunch()` rebuilds the underlying env; `envs.make` wraps each
+`SC2Env` in `envs.recovery.CrashRecoveryEnv`, which calls it when the game
+raises one of `CRASH_EXCEPTIONS` (option `max_env_failures`).
 """
 
 import difflib
@@ -27,6 +28,10 @@ from absl import flags
 from pysc2 import maps
 from pysc2.env import sc2_env
 from pysc2.lib import actions
+from pysc2.lib import protocol
+from pysc2.lib import remote_controller
+from pysc2.lib import sc_process
+import websocket
 
 from clear import types
 from envs import sc2_actions
@@ -47,6 +52,21 @@ DEFAULT_OPTIONS = {
     'step_mul': 8,
     'max_step_mul': 16,
 }
+
+# What a dead or unreachable game raises (envs.recovery relaunches on these):
+# socket / pipe errors, pysc2's protocol errors (a closed websocket becomes
+# `protocol.ConnectionError`; a game in a bad state answers with a
+# `ProtocolError`), a relaunch that cannot connect or start the binary, and
+# raw websocket errors.
+CRASH_EXCEPTIONS = (
+    ConnectionError,
+    OSError,
+    protocol.ConnectionError,
+    protocol.ProtocolError,
+    remote_controller.ConnectError,
+    sc_process.SC2LaunchError,
+    websocket.WebSocketException,
+)
 
 INSTALL_INSTRUCTIONS = (
     'StarCraft II is not installed (looked in {path}). To install it: '

@@ -122,3 +122,86 @@ def test_evaluate_writes_the_summary_json(tmp_path):
 def test_evaluate_without_a_checkpoint_fails_clearly(tmp_path):
   with pytest.raises(checkpoint_lib.CheckpointError, match='train first'):
     run_loop.evaluate(make_config(tmp_path), num_episodes=2)
+
+
+def scalar_series(logdir, tag):
+  values = []
+  for path in sorted(glob.glob(os.path.join(str(logdir),
+                                            'events.out.tfevents*'))):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        if value.tag == tag:
+          values.append((event.step, float(tf.make_ndarray(value.tensor))))
+  return values
+
+
+def test_inline_runs_with_one_seed_are_identical(tmp_path):
+  config = make_config(tmp_path / 'a', backend='inline', seed=3)
+  run_loop.train(config, max_updates=6)
+  run_loop.train(config._replace(logdir=str(tmp_path / 'b')), max_updates=6)
+  first = scalar_series(tmp_path / 'a', 'loss/total')
+  second = scalar_series(tmp_path / 'b', 'loss/total')
+  assert len(first) == 6
+  assert first == second
+  other = config._replace(logdir=str(tmp_path / 'c'), seed=4)
+  run_loop.train(other, max_updates=6)
+  assert scalar_series(tmp_path / 'c', 'loss/total') != first
+
+
+def test_replay_contents_survive_resume(tmp_path):
+  config = make_config(tmp_path, backend='inline')
+  run_loop.train(config, max_updates=4)
+  checkpoints = os.path.join(str(tmp_path), 'checkpoints')
+  replay_dirs = sorted(glob.glob(os.path.join(checkpoints, 'replay-*')))
+  assert [os.path.basename(d) for d in replay_dirs] == ['replay-1']
+  with open(os.path.join(replay_dirs[0], 'replay.json')) as f:
+    saved = json.load(f)
+  run = run_loop._Run(config)
+  assert len(run.buffer) == saved['size'] > 0
+  assert run.buffer.num_seen == saved['num_seen']
+  saved_first = np.load(os.path.join(replay_dirs[0], 'contents_000.npy'),
+                        allow_pickle=False)
+  np.testing.assert_array_equal(run.buffer._leaves[0][:len(run.buffer)],
+                                saved_first)
+  # A second run saves replay-2 with checkpoint 2; old folders are pruned
+  # along with their checkpoints (3 kept).
+  for _ in range(3):
+    run_loop.train(config, max_updates=1)
+  names = sorted(os.path.basename(d) for d in
+                 glob.glob(os.path.join(checkpoints, 'replay-*')))
+  assert names == ['replay-2', 'replay-3', 'replay-4']
+
+
+def test_missing_replay_needs_an_explicit_flag(tmp_path):
+  config = make_config(tmp_path, backend='inline')
+  run_loop.train(config, max_updates=2)
+  for path in glob.glob(os.path.join(str(tmp_path), 'checkpoints',
+                                     'replay-*')):
+    os.remove(os.path.join(path, 'replay.json'))
+  with pytest.raises(checkpoint_lib.CheckpointError,
+                     match='allow_empty_replay_on_resume'):
+    run_loop._Run(config)
+  run = run_loop._Run(config._replace(allow_empty_replay_on_resume=True))
+  assert len(run.buffer) == 0
+
+
+def test_non_finite_updates_are_skipped_or_stop_the_run(tmp_path):
+  # A NaN reward scale poisons every loss: updates are skipped and counted,
+  # and the weights never change.
+  config = make_config(tmp_path / 'skip', backend='inline', num_replay=0,
+                       reward_scaling=float('nan'))
+  result = run_loop.train(config, max_updates=3)
+  assert result.num_steps == 0
+  saved = saved_variables(tmp_path / 'skip')
+  assert saved['num_skipped_steps/.ATTRIBUTES/VARIABLE_VALUE'] == 3
+  assert saved['num_steps/.ATTRIBUTES/VARIABLE_VALUE'] == 0
+  assert all(np.all(np.isfinite(v)) for k, v in saved.items()
+             if k.startswith('agent/') and np.asarray(v).dtype.kind == 'f')
+  # With stop_on_nonfinite the run stops at the first one, still leaving a
+  # readable checkpoint of the last finite model.
+  stopping = config._replace(logdir=str(tmp_path / 'stop'),
+                             stop_on_nonfinite=True)
+  with pytest.raises(run_loop.NonFiniteUpdate, match='stop_on_nonfinite'):
+    run_loop.train(stopping, max_updates=3)
+  saved = saved_variables(tmp_path / 'stop')
+  assert saved['num_skipped_steps/.ATTRIBUTES/VARIABLE_VALUE'] == 1

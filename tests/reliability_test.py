@@ -1,0 +1,226 @@
+"""Fault-injection tests of the real binary: kills, shutdown, crafted files."""
+
+import glob
+import json
+import os
+import pickle
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import tensorflow as tf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def start(*args):
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='2')
+  return subprocess.Popen(
+      [sys.executable, '-m', 'clear.train', *args], cwd=ROOT, env=env,
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def read_until(process, pattern, count=1, timeout=180):
+  """Reads output lines until `pattern` matched `count` times."""
+  lines, seen = [], 0
+  deadline = time.time() + timeout
+  for line in process.stdout:
+    lines.append(line)
+    if re.search(pattern, line):
+      seen += 1
+      if seen >= count:
+        return lines
+    assert time.time() < deadline, ''.join(lines[-30:])
+  raise AssertionError('process ended early:\n' + ''.join(lines[-30:]))
+
+
+def descendants(process):
+  try:
+    return psutil.Process(process.pid).children(recursive=True)
+  except psutil.NoSuchProcess:
+    return []
+
+
+def wait_gone(processes, timeout=20):
+  _, alive = psutil.wait_procs(processes, timeout=timeout)
+  return [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+
+
+def saved_counter(logdir, name):
+  path = tf.train.latest_checkpoint(os.path.join(logdir, 'checkpoints'))
+  reader = tf.train.load_checkpoint(path)
+  return int(reader.get_tensor(f'{name}/.ATTRIBUTES/VARIABLE_VALUE')), path
+
+
+def test_sigkill_during_checkpoints_leaves_the_latest_readable(tmp_path):
+  logdir = str(tmp_path)
+  args = ['--logdir=' + logdir, '--checkpoint_interval_s=1',
+          '--total_environment_frames=2000000', '--log_interval_s=1',
+          '--envs_per_actor=8', '--num_actors=2']
+  rng = random.Random(0)
+  for _ in range(2):
+    process = start(*args)
+    read_until(process, r'Saved checkpoint', count=2)
+    children = descendants(process)
+    time.sleep(rng.uniform(0.0, 1.0))  # Somewhere in a write cycle.
+    process.kill()
+    process.wait(30)
+    # Orphaned actors notice the closed pipe and exit by themselves.
+    assert not wait_gone(children), [c.cmdline() for c in children]
+    frames, path = saved_counter(logdir, 'num_env_frames')
+    number = int(path.rsplit('-', 1)[1])
+    replay = os.path.join(logdir, 'checkpoints', f'replay-{number}')
+    with open(os.path.join(replay, 'replay.json')) as f:
+      assert json.load(f)['size'] > 0
+  # The same command resumes exactly at the latest checkpoint's counters.
+  process = start(*args)
+  lines = read_until(process, r'Resuming at')
+  process.send_signal(signal.SIGTERM)
+  process.communicate(timeout=60)
+  resumed = re.search(r'Resuming at (\d+) frames, (\d+) updates',
+                      ''.join(lines))
+  assert int(resumed.group(1)) == frames
+  assert 'Restored' in ''.join(lines)
+
+
+def test_sigterm_stops_every_process_and_writes_a_final_checkpoint(tmp_path):
+  process = start('--logdir=' + str(tmp_path), '--num_actors=2',
+                  '--envs_per_actor=8', '--total_environment_frames=2000000',
+                  '--log_interval_s=1', '--checkpoint_interval_s=3600')
+  read_until(process, r'First update')
+  time.sleep(1.0)
+  children = descendants(process)
+  assert len(children) >= 2  # Two actors (plus multiprocessing's tracker).
+  process.send_signal(signal.SIGTERM)
+  output, _ = process.communicate(timeout=60)
+  assert process.returncode == 128 + signal.SIGTERM, output[-2000:]
+  assert 'Saved checkpoint' in output
+  assert not wait_gone(children, timeout=10)
+  steps, _ = saved_counter(str(tmp_path), 'num_steps')
+  assert steps > 0
+
+
+class _MarkerWriterForTest:
+  """Unpickling this object creates a marker file: proof of unpickling."""
+
+  def __init__(self, path):
+    self.path = path
+
+  def __reduce__(self):
+    return (open, (self.path, 'w'))
+
+
+def test_crafted_pickles_in_the_logdir_are_never_loaded(tmp_path):
+  logdir = str(tmp_path / 'run')
+  marker = str(tmp_path / 'UNPICKLED')
+  process = start('--logdir=' + logdir, '--total_environment_frames=3000',
+                  '--backend=inline')
+  output, _ = process.communicate(timeout=180)
+  assert process.returncode == 0, output[-2000:]
+  payload = pickle.dumps(_MarkerWriterForTest(marker))
+  with open(os.path.join(logdir, 'evil.pkl'), 'wb') as f:
+    f.write(payload)
+  replay = glob.glob(os.path.join(logdir, 'checkpoints', 'replay-*'))[0]
+  np.save(os.path.join(replay, 'contents_000.npy'),
+          np.array([_MarkerWriterForTest(marker)], dtype=object),
+          allow_pickle=True)
+  # Resuming refuses the pickled replay file with one clear message...
+  process = start('--logdir=' + logdir, '--total_environment_frames=6000',
+                  '--backend=inline')
+  output, _ = process.communicate(timeout=180)
+  assert process.returncode == 2, output[-2000:]
+  assert 'allow_empty_replay_on_resume' in output
+  assert 'Traceback' not in output
+  # ...and with the explicit flag resumes with an empty buffer.
+  process = start('--logdir=' + logdir, '--total_environment_frames=6000',
+                  '--backend=inline', '--allow_empty_replay_on_resume')
+  output, _ = process.communicate(timeout=180)
+  assert process.returncode == 0, output[-2000:]
+  assert 'EMPTY replay buffer' in output
+  assert not os.path.exists(marker)
+
+
+# --- Environment crashes, through the whole runtime ---------------------------
+
+from envs import pysc2_compat  # pylint: disable=g-bad-import-order,unused-import,g-import-not-at-top
+from pysc2.env import mock_sc2_env  # pylint: disable=g-import-not-at-top
+from pysc2.lib import protocol  # pylint: disable=g-import-not-at-top
+
+from clear import actor_pool  # pylint: disable=g-import-not-at-top
+from clear import learner as learner_lib  # pylint: disable=g-import-not-at-top
+from clear import policy as policy_lib  # pylint: disable=g-import-not-at-top
+from clear import run_loop  # pylint: disable=g-import-not-at-top
+
+class CrashOnceMockEnvForTest(mock_sc2_env.SC2TestEnv):
+  """pysc2's mock env; the first game in a process to reach step 3 dies."""
+
+  crashed = False
+
+  def __init__(self, **kwargs):
+    self._steps = 0
+    super().__init__(**kwargs)
+
+  def step(self, actions, step_mul=None):
+    self._steps += 1
+    if self._steps == 3 and not CrashOnceMockEnvForTest.crashed:
+      CrashOnceMockEnvForTest.crashed = True
+      raise protocol.ConnectionError('Connection already closed. SC2 '
+                                     'probably crashed.')
+    return super().step(actions, step_mul)
+
+
+class AlwaysCrashingMockEnvForTest(mock_sc2_env.SC2TestEnv):
+  """pysc2's mock env that dies at its second step, every launch."""
+
+  def __init__(self, **kwargs):
+    self._steps = 0
+    super().__init__(**kwargs)
+
+  def step(self, actions, step_mul=None):
+    self._steps += 1
+    if self._steps >= 2:
+      raise protocol.ProtocolError('Game died.')
+    return super().step(actions, step_mul)
+
+
+def sc2_config(logdir, factory, backend):
+  return run_loop.RunConfig(
+      env_name='sc2:MoveToBeacon',
+      env_options={'env_factory': factory, 'max_env_failures': 3,
+                   'screen_size': 16, 'minimap_size': 16},
+      algorithm='impala',
+      agent_config=policy_lib.AgentConfig('fullyconv', 16),
+      learner_config=learner_lib.LearnerConfig(
+          batch_size=2, num_replay=0, unroll_length=4,
+          total_environment_frames=10**6, step_mul=8),
+      logdir=str(logdir), num_actors=1, envs_per_actor=2,
+      backend=backend, log_interval_s=0.0)
+
+
+def test_a_crashed_env_is_relaunched_and_counted(tmp_path):
+  run_loop.train(sc2_config(tmp_path, CrashOnceMockEnvForTest, 'inline'),
+                 max_updates=4)
+  restarts = []
+  for path in glob.glob(os.path.join(str(tmp_path), 'events.out.tfevents*')):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      restarts += [float(tf.make_ndarray(v.tensor))
+                   for v in event.summary.value
+                   if v.tag == 'runtime/env_restarts']
+  assert restarts and max(restarts) == 1
+
+
+def test_an_env_that_keeps_crashing_stops_the_run_loudly(tmp_path):
+  config = sc2_config(tmp_path, AlwaysCrashingMockEnvForTest, 'local')
+  start_time = time.time()
+  try:
+    run_loop.train(config, max_updates=50)
+  except actor_pool.ActorFailure as e:
+    assert 'crashed 3 times in a row' in str(e)
+  else:
+    raise AssertionError('the run should have failed')
+  assert time.time() - start_time < 120
