@@ -41,6 +41,9 @@ CASES = {
                         400_000, 40_000, 475.0),
     'cartpole_clear': (['--env=gym:CartPole-v1', '--replay_proportion=0.5'],
                        400_000, 40_000, 475.0),
+    'cartpole_impala_inline': (['--env=gym:CartPole-v1',
+                                '--replay_proportion=0', '--backend=inline'],
+                               400_000, 40_000, 475.0),
     'pong_impala': (['--env=atari:Pong', '--replay_proportion=0'],
                     300_000, 20_000, 18.0),
     'pong_clear': (['--env=atari:Pong', '--replay_proportion=0.5'],
@@ -131,7 +134,7 @@ def run_case(name, logdir):
   seconds, frames_at = time_to_threshold(returns, threshold, launch)
   final = [v for _, _, v in returns[-100:]]
   lags = [v for _, _, v in events['runtime/policy_lag']]
-  num_replay = 0.5 if 'clear' in name else 0.0
+  num_replay = 0.5 if '--replay_proportion=0.5' in args else 0.0
   return {
       'flags': args, 'total_environment_frames': total,
       'wall_time_s': wall,

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ('clear', 'agents', 'envs', 'tests', 'benchmarks')
-LIBRARY_PACKAGES = ('clear', 'agents', 'envs')
+LIBRARY_PACKAGES = ('clear', 'agents', 'envs', 'benchmarks')
 RULES = ('py_library', 'py_test', 'py_binary')
 
 

@@ -321,3 +321,26 @@ def test_bad_config_is_rejected_clearly(overrides, match):
                                                       **overrides})
   with pytest.raises(ValueError, match=match):
     learner_lib.ImpalaClearLearner(TinyTestAgent(), config)
+
+
+def test_inf_observation_skips_the_update():
+  agent, batch = agent_and_batch()
+  batch.env_outputs.observation['vector'][2, 0, 1] = np.inf
+  learner = make_learner(agent)
+  before = values_of(agent.trainable_variables)
+  assert bool(learner.step(batch)['skipped'])
+  for b, a in zip(before, values_of(agent.trainable_variables)):
+    np.testing.assert_array_equal(b, a)
+
+
+def test_extreme_log_rhos_give_a_finite_update():
+  """Behaviour logits far from the target's: rhos are clipped, not inf."""
+  agent, batch = agent_and_batch()
+  logits = batch.agent_outputs.logits['action']
+  logits *= 1e6  # log-rhos of order 1e6 either way.
+  learner = make_learner(agent)
+  metrics = learner.step(batch)
+  assert not bool(metrics['skipped'])
+  assert np.isfinite(metrics['loss/total'])
+  assert all(np.all(np.isfinite(v)) for v in values_of(
+      agent.trainable_variables))

@@ -94,6 +94,17 @@ def test_bad_flags_give_one_message_and_no_traceback(args, message):
   assert 'Traceback' not in result.stderr
 
 
+def test_sc2_without_the_game_says_how_to_install_it(tmp_path):
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='2',
+             SC2PATH=str(tmp_path / 'no_game_here'))
+  result = subprocess.run(
+      command('--env=sc2:MoveToBeacon', '--logdir=' + str(tmp_path / 'run')),
+      cwd=ROOT, env=env, timeout=120, capture_output=True, text=True)
+  assert result.returncode == 2
+  assert 'SC2PATH' in result.stderr and 'StarCraft II' in result.stderr
+  assert 'Traceback' not in result.stderr
+
+
 def test_unknown_game_gives_one_message_and_no_traceback(tmp_path):
   result = run_binary('--env=atari:NotAGame', '--logdir=' + str(tmp_path),
                       timeout=120)
