@@ -245,12 +245,32 @@ class ImpalaClearLearner(snt.Module):
     self.learning_rate.assign(self.config.learning_rate *
                               tf.maximum(0.0, 1.0 - progress))
 
-  def _clip(self, grads):
+  def _gradients(self, tape, loss, variables):
+    """Gradients (zeros for unused variables), clipped by global norm.
+
+    Returns:
+      (clipped gradients, global norm before clipping).
+    """
+    grads = tape.gradient(loss, variables)
+    grads = [tf.zeros_like(v) if g is None else g
+             for g, v in zip(grads, variables)]
     norm = tf.linalg.global_norm(grads)
     if self.config.clip_grad_norm > 0:
       grads, _ = tf.clip_by_global_norm(grads, self.config.clip_grad_norm,
                                         use_norm=norm)
     return grads, norm
+
+  @snt.no_name_scope
+  def _update(self, batch, grads_fn, optimizer, variables, loss_key, prefix):
+    """Computes gradients, applies them if finite, counts, summarises."""
+    grads, metrics = grads_fn(batch)
+    skipped = self._apply_if_finite(
+        optimizer, grads, variables(), metrics[loss_key],
+        metrics['grad_norm'],
+        frames_in_batch(batch, self.config.num_replay, self.config))
+    metrics.update(self._counters(skipped))
+    self._write_summaries(metrics, batch, prefix=prefix)
+    return metrics
 
   @snt.no_name_scope
   def _apply_if_finite(self, optimizer, grads, variables, loss, grad_norm,
@@ -292,11 +312,8 @@ class ImpalaClearLearner(snt.Module):
           policy_cloning_cost=self.config.policy_cloning_cost,
           value_cloning_cost=self.config.value_cloning_cost,
           clip_advantage=self.config.clip_advantage)
-    variables = self.agent.trainable_variables  # Built by the unroll.
-    grads = tape.gradient(loss, variables)
-    grads = [tf.zeros_like(v) if g is None else g
-             for g, v in zip(grads, variables)]
-    grads, grad_norm = self._clip(grads)
+    grads, grad_norm = self._gradients(tape, loss,
+                                       self.agent.trainable_variables)
     steps = tf.cast(tf.size(rewards), tf.float32)
     metrics = {
         'loss/total': loss,
@@ -323,17 +340,9 @@ class ImpalaClearLearner(snt.Module):
       Dict of scalar metrics (loss terms, grad norm, learning rate, counters,
       `skipped` when the update was dropped for non-finite numbers).
     """
-    grads, metrics = self._grads_fn(batch)
-    variables = self.agent.trainable_variables
-    skipped = self._apply_if_finite(self.optimizer, grads, variables,
-                                    metrics['loss/total'],
-                                    metrics['grad_norm'],
-                                    frames_in_batch(
-                                        batch, self.config.num_replay,
-                                        self.config))
-    metrics.update(self._counters(skipped))
-    self._write_summaries(metrics, batch, prefix='')
-    return metrics
+    return self._update(batch, self._grads_fn, self.optimizer,
+                        lambda: self.agent.trainable_variables, 'loss/total',
+                        prefix='')
 
   # --- Critic pretraining ---------------------------------------------------
 
@@ -344,11 +353,8 @@ class ImpalaClearLearner(snt.Module):
                                           aligned.bootstrap_value)
       loss = 0.5 * tf.reduce_sum(
           tf.square(returns - aligned.target.baseline))
-    variables = self.agent.critic_variables
-    grads = tape.gradient(loss, variables)
-    grads = [tf.zeros_like(v) if g is None else g
-             for g, v in zip(grads, variables)]
-    grads, grad_norm = self._clip(grads)
+    grads, grad_norm = self._gradients(tape, loss,
+                                       self.agent.critic_variables)
     return grads, {'loss/baseline': loss, 'grad_norm': grad_norm,
                    'value/mean_baseline': tf.reduce_mean(
                        aligned.target.baseline),
@@ -360,17 +366,9 @@ class ImpalaClearLearner(snt.Module):
 
     Only `agent.critic_variables` change; the policy is left untouched.
     """
-    grads, metrics = self._critic_grads_fn(batch)
-    variables = self.agent.critic_variables
-    skipped = self._apply_if_finite(self.critic_optimizer, grads, variables,
-                                    metrics['loss/baseline'],
-                                    metrics['grad_norm'],
-                                    frames_in_batch(
-                                        batch, self.config.num_replay,
-                                        self.config))
-    metrics.update(self._counters(skipped))
-    self._write_summaries(metrics, batch, prefix='critic_pretrain/')
-    return metrics
+    return self._update(batch, self._critic_grads_fn, self.critic_optimizer,
+                        lambda: self.agent.critic_variables, 'loss/baseline',
+                        prefix='critic_pretrain/')
 
   # --- Bookkeeping ----------------------------------------------------------
 
