@@ -102,11 +102,18 @@ def values_of(variables):
   return [v.numpy().copy() for v in variables]
 
 
-def test_loss_decreases_on_a_fixed_batch():
-  """Fitting terms fall: the baseline loss, and cloning when it dominates.
+@pytest.fixture(autouse=True)
+def seeded():
+  """Sonnet's default initialisers draw from TF's global RNG."""
+  tf.random.set_seed(0)
 
-  (The total is no fixed objective: its policy-gradient term is a surrogate
-  whose advantages move with the baseline.)
+
+def test_loss_decreases_on_a_fixed_batch():
+  """The terms with fixed targets fall: both CLEAR cloning losses.
+
+  (Neither the total nor the V-trace baseline term is a fixed objective:
+  the policy-gradient surrogate and the V-trace targets move with the
+  network. Baseline fitting is checked by the critic-step test.)
   """
   agent, batch = agent_and_batch()
   learner = make_learner(agent, learning_rate=1e-2, policy_cloning_cost=10.0,
@@ -114,8 +121,9 @@ def test_loss_decreases_on_a_fixed_batch():
   first = learner.step(batch)
   for _ in range(40):
     last = learner.step(batch)
-  for key in ('loss/baseline', 'loss/policy_cloning', 'loss/value_cloning'):
-    assert last[key] < 0.7 * first[key], (key, first[key], last[key])
+  for key in ('loss/policy_cloning', 'loss/value_cloning'):
+    assert last[key] < 0.5 * first[key], (key, first[key], last[key])
+  assert np.isfinite(last['loss/total'])
   assert learner.num_steps.numpy() == 41
 
 
