@@ -50,9 +50,12 @@ def finished_episodes(env_output: types.StepOutput) -> List[Episode]:
           for i in np.flatnonzero(env_output.done)]
 
 
-def stack_time(steps):
-  """A list of `[B, ...]` nests -> one `[T, B, ...]` nest."""
-  return tree.map_structure(lambda *x: np.stack(x), *steps)
+def stack_nests(nests):
+  """A list of nests of arrays -> one nest with a new leading axis.
+
+  E.g. T steps of `[B, ...]` -> `[T, B, ...]`, or B unrolls -> a batch.
+  """
+  return tree.map_structure(lambda *x: np.stack(x), *nests)
 
 
 class Actor:
@@ -104,8 +107,8 @@ class Actor:
       agent_outputs.append(agent_output)
       if self._env_output.done.any():
         episodes.extend(finished_episodes(self._env_output))
-    unroll = types.Unroll(initial_state, stack_time(env_outputs),
-                          stack_time(agent_outputs))
+    unroll = types.Unroll(initial_state, stack_nests(env_outputs),
+                          stack_nests(agent_outputs))
     return Trajectories(unroll, episodes, self.weights_version, self.actor_id,
                         getattr(self._env, 'num_env_restarts', 0))
 

@@ -110,7 +110,7 @@ class Checkpointer:
   @property
   def kept_numbers(self):
     """Numbers of the checkpoints still on disk."""
-    return [int(p.rsplit('-', 1)[1]) for p in self._manager.checkpoints]
+    return [checkpoint_number(p) for p in self._manager.checkpoints]
 
   def save(self) -> str:
     path = self._manager.save(checkpoint_number=self.next_number)

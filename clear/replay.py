@@ -213,8 +213,10 @@ class ReplayBuffer:
     self._num_stored = meta['num_stored']
 
 
-def to_time_major(batch):
+def swap_time_and_batch(batch):
   """Swaps the batch and time axes of an unroll batch's time-indexed parts.
+
+  `[B, T + 1, ...]` (as stored) <-> `[T + 1, B, ...]` (as learners take).
 
   `Unroll.agent_state` has no time axis and stays `[B, ...]`.
   """
@@ -272,4 +274,4 @@ def assemble_batch(buffer: Optional[ReplayBuffer], fresh, num_fresh: int,
     batch = concat_batches(buffer.sample(num_replay), fresh)
   if buffer is not None:
     buffer.insert_batch(fresh, num_fresh)
-  return to_time_major(batch)
+  return swap_time_and_batch(batch)

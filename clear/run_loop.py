@@ -24,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 import tree
 
+from clear import actor as actor_lib
 from clear import actor_pool as pool_lib
 from clear import checkpoint as checkpoint_lib
 from clear import learner as learner_lib
@@ -124,13 +125,9 @@ def run_identity(config: RunConfig):
 def split_unrolls(unroll):
   """A time-major `[T + 1, B]` unroll batch -> B batch-major items."""
   batch_size = np.shape(unroll.env_outputs.reward)[1]
-  major = replay_lib.to_time_major(unroll)  # Swaps to [B, T + 1].
+  major = replay_lib.swap_time_and_batch(unroll)  # [B, T + 1, ...]
   return [tree.map_structure(lambda x, i=i: x[i], major)
           for i in range(batch_size)]
-
-
-def stack_items(items):
-  return tree.map_structure(lambda *x: np.stack(x), *items)
 
 
 class _Run:
@@ -160,8 +157,6 @@ class _Run:
           directory=os.path.join(config.logdir, 'replay_memmap'))
       if self.restored:
         self._restore_replay()
-    if self.phase.numpy() == PREFILL and not config.replay_prefill_unrolls:
-      self.phase.assign(CRITIC)
     self._advance_phase()
     self.version = int(self.policy.learner.num_steps.numpy())
     self.episodes = progress.EpisodeStats()
@@ -230,9 +225,9 @@ class _Run:
 
   def _advance_phase(self):
     """Moves past phases whose goals are met."""
+    stored = len(self.buffer) if self.buffer is not None else 0
     if self.phase.numpy() == PREFILL and (
-        self.buffer is not None and
-        len(self.buffer) >= self.config.replay_prefill_unrolls):
+        stored >= self.config.replay_prefill_unrolls):
       self.phase.assign(CRITIC)
     if self.phase.numpy() == CRITIC and (
         self.frames >= self.config.num_critic_pretrain_frames):
@@ -248,7 +243,7 @@ class _Run:
   def ready(self) -> bool:
     if self.phase.numpy() == PREFILL:
       return bool(self.pending)
-    if self.num_replay and (self.buffer is None or len(self.buffer) == 0):
+    if self.num_replay and not len(self.buffer):
       # Nothing to replay yet: the first fresh unrolls seed the buffer.
       return bool(self.pending)
     return len(self.pending) >= self.num_fresh
@@ -265,12 +260,13 @@ class _Run:
       item = self.pending.popleft()
       self.buffer.insert(item)
       frames = learner_lib.frames_in_batch(
-          replay_lib.to_time_major(stack_items([item])), 0, lc)
+          replay_lib.swap_time_and_batch(actor_lib.stack_nests([item])), 0,
+          lc)
       self.policy.add_env_frames(int(frames))
       self._advance_phase()
       return None
-    fresh = stack_items([self.pending.popleft()
-                         for _ in range(self.num_fresh)])
+    fresh = actor_lib.stack_nests([self.pending.popleft()
+                                   for _ in range(self.num_fresh)])
     batch = replay_lib.assemble_batch(self.buffer, fresh, self.num_fresh,
                                       self.num_replay)
     if self.phase.numpy() == CRITIC:
@@ -423,7 +419,6 @@ def evaluate(config: RunConfig, num_episodes: int) -> dict:
                   **config.env_options)
   policy = policy_lib.make_policy(config.algorithm, env.spec,
                                   config.agent_config, seed=config.seed)
-  from clear import actor as actor_lib  # pylint: disable=g-import-not-at-top
   path = checkpoint_lib.restore_agent_only(
       os.path.join(config.logdir, 'checkpoints'), policy.agent)
   actor = actor_lib.Actor(env, policy, unroll_length=100)
