@@ -143,6 +143,24 @@ class _SharedWeights:
     return weights, new_version
 
 
+class _StopFlag:
+  """A shared stop flag without locks.
+
+  `multiprocessing.Event` takes a lock even in `is_set()`; an actor killed
+  while holding it would block the learner and every other actor forever.
+  One shared byte, written only by the learner, has no such failure.
+  """
+
+  def __init__(self, ctx):
+    self._value = ctx.RawValue('b', 0)
+
+  def set(self):
+    self._value.value = 1
+
+  def is_set(self) -> bool:
+    return bool(self._value.value)
+
+
 def _actor_process(config, actor_id, generation, shared, connection, stop):
   """Body of an actor process: collect unrolls until told to stop."""
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -186,7 +204,7 @@ class LocalActorPool:
     self.config = config
     self._ctx = mp.get_context('spawn')
     self._shared = _SharedWeights(self._ctx, weight_shapes)
-    self._stop = self._ctx.Event()
+    self._stop = _StopFlag(self._ctx)
     self._generations = [0] * config.num_actors
     self.num_restarts = 0
     self._processes = [None] * config.num_actors
