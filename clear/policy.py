@@ -113,6 +113,11 @@ class Policy(abc.ABC):
   def num_env_frames(self) -> int:
     raise NotImplementedError
 
+  @property
+  def num_updates(self) -> int:
+    """Updates applied so far (skipped ones not counted)."""
+    raise NotImplementedError
+
   def add_env_frames(self, frames: int):
     """Counts frames consumed outside `learn` (e.g. replay pre-fill)."""
     raise NotImplementedError
@@ -142,10 +147,7 @@ class ImpalaPolicy(Policy):
                                    core_size=agent_config.core_size,
                                    separate_critic=agent_config.separate_critic,
                                    seed=seed)
-    self._step = tf.function(self.agent.step)
-    # Build the variables so that weights can move before the first act.
-    self.act(zero_step_output(spec, 1), zero_agent_output(spec, 1).action,
-             self.initial_state(1))
+    self._step = tf.function(self.agent.step)  # make_agent built the weights.
     self.learner = None
     if learner_config is not None:
       self.learner = learner_lib.ImpalaClearLearner(self.agent,
@@ -186,6 +188,10 @@ class ImpalaPolicy(Policy):
   @property
   def num_env_frames(self):
     return int(self.learner.num_env_frames.numpy())
+
+  @property
+  def num_updates(self):
+    return int(self.learner.num_steps.numpy())
 
   def add_env_frames(self, frames):
     self.learner.num_env_frames.assign_add(int(frames))

@@ -158,7 +158,7 @@ class _Run:
       if self.restored:
         self._restore_replay()
     self._advance_phase()
-    self.version = int(self.policy.learner.num_steps.numpy())
+    self.version = self.policy.num_updates
     self.episodes = progress.EpisodeStats()
     self.lags = collections.deque(maxlen=100)
     self.env_restarts = {}  # Actor id -> its cumulative env relaunches.
@@ -397,8 +397,7 @@ def train(config: RunConfig,
     pool.close()
     run.save()
     writer.flush()
-  return RunResult(run.frames, int(run.policy.learner.num_steps.numpy()),
-                   run.phase_name,
+  return RunResult(run.frames, run.policy.num_updates, run.phase_name,
                    run.episodes.mean_return, run.episodes.total,
                    time.monotonic() - start, first_update_s, stopped_early)
 
