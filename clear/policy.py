@@ -19,6 +19,7 @@ import tree
 
 import agents
 from clear import learner as learner_lib
+from clear import replay as replay_lib
 from clear import types
 
 
@@ -125,6 +126,14 @@ class Policy(abc.ABC):
   def checkpointables(self) -> Dict[str, tf.Module]:
     """Everything a checkpoint must hold, by name."""
     raise NotImplementedError
+
+  def replay_buffers(self) -> Dict[str, replay_lib.ReplayBuffer]:
+    """Replay buffers the policy owns (off-policy algorithms), by name.
+
+    The run loop saves them next to every checkpoint and restores them on
+    resume, like the CLEAR buffer. Names must be valid folder names.
+    """
+    return {}
 
 
 class ImpalaPolicy(Policy):
