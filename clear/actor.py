@@ -13,6 +13,7 @@ import numpy as np
 import tree
 
 from clear import policy as policy_lib
+from clear import snapshot
 from clear import types
 
 
@@ -111,6 +112,34 @@ class Actor:
                           stack_nests(agent_outputs))
     return Trajectories(unroll, episodes, self.weights_version, self.actor_id,
                         getattr(self._env, 'num_env_restarts', 0))
+
+  def get_state(self) -> snapshot.Arrays:
+    """What decides the actor's next unrolls besides the weights: the env's
+    state, the last env and agent outputs, the recurrent state and the
+    policy's sampling RNG.
+
+    Raises:
+      envs.SnapshotUnsupported: the env cannot save its state.
+    """
+    return {**snapshot.prefixed('env', self._env.get_state()),
+            **snapshot.flatten_nest('env_output', self._env_output),
+            **snapshot.flatten_nest('agent_output', self._agent_output),
+            **snapshot.flatten_nest('agent_state', self._state),
+            **snapshot.prefixed('policy', self._policy.get_rng_state())}
+
+  def set_state(self, state: snapshot.Arrays):
+    """Continues from `get_state` (same env, batch and policy kind).
+
+    The weights are not part of it: the actor loads the next published ones.
+    """
+    self._env.set_state(snapshot.subset('env', state))
+    self._env_output = snapshot.unflatten_nest('env_output', state,
+                                               self._env_output)
+    self._agent_output = snapshot.unflatten_nest('agent_output', state,
+                                                 self._agent_output)
+    self._state = snapshot.unflatten_nest('agent_state', state, self._state)
+    self._policy.set_rng_state(snapshot.subset('policy', state))
+    self.weights_version = -1
 
   def close(self):
     self._env.close()

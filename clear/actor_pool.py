@@ -30,6 +30,7 @@ import numpy as np
 
 from clear import actor as actor_lib
 from clear import policy as policy_lib
+from clear import snapshot
 
 BACKENDS = ('local', 'inline', 'ray')
 
@@ -325,6 +326,27 @@ class InlineActorPool:
   @property
   def pids(self):
     return []
+
+  def get_state(self) -> snapshot.Arrays:
+    """Every actor's state and whose turn is next (see `Actor.get_state`).
+
+    Raises:
+      envs.SnapshotUnsupported: an env cannot save its state.
+    """
+    state = {'next': np.array(self._next),
+             'num_actors': np.array(len(self._workers))}
+    for i, worker in enumerate(self._workers):
+      state.update(snapshot.prefixed(f'actor{i}', worker.actor.get_state()))
+    return state
+
+  def set_state(self, state: snapshot.Arrays):
+    """Continues every actor from `get_state` of a pool built the same way."""
+    if int(state['num_actors']) != len(self._workers):
+      raise ValueError(f'The saved actor state holds {int(state["num_actors"])}'
+                       f' actors, this pool {len(self._workers)}.')
+    for i, worker in enumerate(self._workers):
+      worker.actor.set_state(snapshot.subset(f'actor{i}', state))
+    self._next = int(state['next'])
 
   def close(self):
     for worker in self._workers:

@@ -123,23 +123,44 @@ def checkpoint_number(path: str) -> int:
   return int(path.rsplit('-', 1)[1])
 
 
-def restore_agent_only(directory: str, agent) -> str:
-  """Restores just the agent's weights from a run's latest checkpoint.
+def find_checkpoint(location: str) -> str:
+  """The checkpoint a user named: a run's logdir, its `checkpoints/` folder
+  (the latest in either) or one `.../ckpt-N` prefix.
+
+  Raises:
+    CheckpointError: nothing readable there.
+  """
+  for directory in (os.path.join(location, 'checkpoints'), location):
+    if os.path.isdir(directory):
+      path = tf.train.latest_checkpoint(directory)
+      if path is not None:
+        return path
+  if tf.io.gfile.exists(location + '.index'):
+    return location
+  raise CheckpointError(f'No checkpoint in {location}; train first.')
+
+
+def restore_agent_only(location: str, agent) -> str:
+  """Restores just the agent's weights from a checkpoint (see
+  `find_checkpoint` for `location`).
 
   Used by test mode and for explicit partial restores; other objects in the
   checkpoint (optimizers, counters) are ignored on purpose.
 
+  Returns:
+    The checkpoint's path.
+
   Raises:
     CheckpointError: no checkpoint, or one for a different network.
   """
-  path = tf.train.latest_checkpoint(directory)
-  if path is None:
-    raise CheckpointError(f'No checkpoint in {directory}; train first.')
+  path = find_checkpoint(location)
   try:
     status = tf.train.Checkpoint(agent=agent).restore(path)
     status.assert_existing_objects_matched()
     status.expect_partial()
   except (tf.errors.OpError, AssertionError, ValueError) as e:
-    raise CheckpointError(f'Cannot restore the agent from {path}: '
-                          f'{str(e).splitlines()[0][:300]}') from e
+    raise CheckpointError(
+        f'Cannot restore the agent from {path}: it was written for a '
+        f'different network ({type(e).__name__}: '
+        f'{str(e).splitlines()[0][:300]}).') from e
   return path

@@ -18,9 +18,13 @@ import tensorflow as tf
 import tree
 
 import agents
+from clear import checkpoint as checkpoint_lib
 from clear import learner as learner_lib
 from clear import replay as replay_lib
 from clear import types
+
+
+INIT_SCOPES = ('all', 'critic', 'policy')
 
 
 class AgentConfig(NamedTuple):
@@ -127,6 +131,31 @@ class Policy(abc.ABC):
     """Everything a checkpoint must hold, by name."""
     raise NotImplementedError
 
+  def init_from(self, location: str, scope: str) -> str:
+    """Loads some of another run's weights into this fresh policy.
+
+    Args:
+      location: a run's logdir, checkpoints folder or checkpoint path.
+      scope: one of `INIT_SCOPES`: 'all' weights, only the 'critic' (e.g.
+        from a critic-pretraining run) or only the 'policy'.
+
+    Returns:
+      The checkpoint read.
+    """
+    raise ValueError(f'--init_from is not supported by '
+                     f'{type(self).__name__}.')
+
+  def get_rng_state(self) -> Dict[str, np.ndarray]:
+    """The acting RNG's state, so a resumed actor samples the same actions.
+
+    Policies that sample must override this and `set_rng_state`; without
+    it a resumed run is still correct, only not a bit-exact continuation.
+    """
+    return {}
+
+  def set_rng_state(self, state: Dict[str, np.ndarray]):
+    del state
+
   def replay_buffers(self) -> Dict[str, replay_lib.ReplayBuffer]:
     """Replay buffers the policy owns (off-policy algorithms), by name.
 
@@ -152,6 +181,7 @@ class ImpalaPolicy(Policy):
                learner_config: Optional[learner_lib.LearnerConfig] = None,
                seed: int = 0):
     super().__init__(spec)
+    self._agent_config = agent_config
     self.agent = agents.make_agent(spec, network=agent_config.network,
                                    core_size=agent_config.core_size,
                                    separate_critic=agent_config.separate_critic,
@@ -179,6 +209,29 @@ class ImpalaPolicy(Policy):
                        f'{len(variables)} variables.')
     for v, w in zip(variables, weights):
       v.assign(w)
+
+  def init_from(self, location, scope):
+    if scope not in INIT_SCOPES:
+      raise ValueError(f'init scope must be one of {INIT_SCOPES}, got '
+                       f'{scope!r}.')
+    # Read everything into a twin, then copy the chosen part: a checkpoint
+    # of another network fails here, before anything is overwritten.
+    twin = agents.make_agent(self.spec, network=self._agent_config.network,
+                             core_size=self._agent_config.core_size,
+                             separate_critic=self._agent_config.separate_critic)
+    path = checkpoint_lib.restore_agent_only(location, twin)
+    part = {'all': lambda a: a.trainable_variables,
+            'critic': lambda a: a.critic_variables,
+            'policy': lambda a: a.policy_variables}[scope]
+    for target, source in zip(part(self.agent), part(twin)):
+      target.assign(source)
+    return path
+
+  def get_rng_state(self):
+    return {'agent': self.agent.rng.state.numpy()}
+
+  def set_rng_state(self, state):
+    self.agent.rng.state.assign(state['agent'])
 
   def learn(self, batch):
     return to_numpy(self.learner.step(batch))

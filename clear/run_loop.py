@@ -9,6 +9,11 @@ the right one:
 
 Everything the run writes lives under `logdir`: TensorBoard event files,
 `checkpoints/`, `run.json` and, in test mode, `test_results.json`.
+Checkpoint N (`checkpoints/ckpt-N`) has a folder `checkpoints/state-N` with
+the replay buffers, the unrolls not yet learned from, the episode
+statistics and, for inline actors, the actors themselves (env states, last
+outputs, recurrent states, sampling RNGs), so a resumed inline run
+continues exactly where the interrupted one stopped.
 """
 
 import collections
@@ -31,6 +36,7 @@ from clear import learner as learner_lib
 from clear import policy as policy_lib
 from clear import progress
 from clear import replay as replay_lib
+from clear import snapshot
 
 PHASES = ('prefill', 'critic', 'main')
 PREFILL, CRITIC, MAIN = range(3)
@@ -61,6 +67,10 @@ class RunConfig(NamedTuple):
       contents are missing, with an empty buffer (logged as a warning).
     stop_on_nonfinite: stop the run at the first update skipped for
       non-finite numbers (by default such updates are skipped and counted).
+    init_from: a run (logdir or checkpoint) whose weights start this one;
+      only used when the logdir holds no checkpoint of its own.
+    init_scope: which weights `init_from` loads: 'all', 'critic' (e.g. a
+      critic-pretraining run) or 'policy'.
   """
   env_name: str
   env_options: dict
@@ -83,6 +93,8 @@ class RunConfig(NamedTuple):
   max_actor_restarts: int = 20
   allow_empty_replay_on_resume: bool = False
   stop_on_nonfinite: bool = False
+  init_from: str = ''
+  init_scope: str = 'all'
 
 
 class NonFiniteUpdate(RuntimeError):
@@ -122,12 +134,18 @@ def run_identity(config: RunConfig):
                           for k in sorted(config.env_options)}}
 
 
+def split_batch_major(nest, batch_size: int):
+  """A nest of `[B, ...]` arrays -> B nests of `[...]`."""
+  return [tree.map_structure(lambda x, i=i: x[i], nest)
+          for i in range(batch_size)]
+
+
 def split_unrolls(unroll):
   """A time-major `[T + 1, B]` unroll batch -> B batch-major items."""
   batch_size = np.shape(unroll.env_outputs.reward)[1]
-  major = replay_lib.swap_time_and_batch(unroll)  # [B, T + 1, ...]
-  return [tree.map_structure(lambda x, i=i: x[i], major)
-          for i in range(batch_size)]
+  # [B, T + 1, ...]
+  return split_batch_major(replay_lib.swap_time_and_batch(unroll),
+                           batch_size)
 
 
 class _Run:
@@ -149,68 +167,130 @@ class _Run:
         os.path.join(config.logdir, 'checkpoints'),
         {**self.policy.checkpointables(), 'phase': self.phase})
     self.restored = self.checkpointer.restore_latest()
+    if config.init_from and self.restored:
+      logging.info('Resuming %s: --init_from=%s is not used.', self.restored,
+                   config.init_from)
+    elif config.init_from:
+      source = self.policy.init_from(config.init_from, config.init_scope)
+      logging.info('Initialised the %s weights from %s.', config.init_scope,
+                   source)
     self.buffer = None
     if self.num_replay or config.replay_prefill_unrolls:
       self.buffer = replay_lib.ReplayBuffer(
           config.replay_buffer_size, config.replay_sampling,
           seed=config.seed, storage=config.replay_storage,
           directory=os.path.join(config.logdir, 'replay_memmap'))
-      if self.restored:
-        self._restore_replay()
-    self._advance_phase()
-    self.version = self.policy.num_updates
     self.episodes = progress.EpisodeStats()
     self.lags = collections.deque(maxlen=100)
     self.env_restarts = {}  # Actor id -> its cumulative env relaunches.
     self.pending = collections.deque()
+    self.actor_state = None  # Saved actors to continue, if any.
+    if self.restored:
+      self._restore_state()
+    self._advance_phase()
+    self.version = self.policy.num_updates
 
-  def _replay_dir(self, number):
-    return os.path.join(self.checkpointer.directory, f'replay-{number}')
+  def _state_dir(self, number):
+    return os.path.join(self.checkpointer.directory, f'state-{number}')
 
-  def _restore_replay(self):
-    """Loads the replay saved with the restored checkpoint.
+  def _item_template(self):
+    """One batch-major unroll `[T + 1, ...]`, as replay stores them."""
+    return split_unrolls(policy_lib.example_batch(
+        self.policy, self.config.learner_config.unroll_length, 1))[0]
+
+  def _buffers(self):
+    """Replay buffers to save, by folder under state-N."""
+    buffers = {os.path.join('policy', name): buffer
+               for name, buffer in self.policy.replay_buffers().items()}
+    if self.buffer is not None:
+      buffers['replay'] = self.buffer
+    return buffers
+
+  def _restore_state(self):
+    """Loads the state saved with the restored checkpoint.
 
     Raises:
-      CheckpointError: the contents are missing or unreadable, unless the
-        run allows starting with an empty buffer.
+      CheckpointError: replay contents are missing or unreadable, unless
+        the run allows starting with an empty buffer.
     """
-    directory = self._replay_dir(
+    directory = self._state_dir(
         checkpoint_lib.checkpoint_number(self.restored))
-    template = split_unrolls(policy_lib.example_batch(
-        self.policy, self.config.learner_config.unroll_length, 1))[0]
+    for name, buffer in self._buffers().items():
+      try:
+        buffer.restore(os.path.join(directory, name), self._item_template())
+      except (OSError, ValueError, KeyError) as e:
+        if not self.config.allow_empty_replay_on_resume:
+          raise checkpoint_lib.CheckpointError(
+              f'The replay buffer saved with {self.restored} cannot be read '
+              f'({type(e).__name__}: {e}). Pass '
+              '--allow_empty_replay_on_resume to resume with an empty '
+              'buffer.') from e
+        logging.warning('Resuming with an EMPTY replay buffer %r (%s: %s); '
+                        'it refills from fresh unrolls.', name,
+                        type(e).__name__, e)
+        continue
+      logging.info('Restored %d replayed unrolls (%d seen) from %s.',
+                   len(buffer), buffer.num_seen, directory)
     try:
-      self.buffer.restore(directory, template)
+      state = snapshot.load(os.path.join(directory, 'run.npz'))
+      num_pending = int(state['num_pending'])
+      pending = []
+      if num_pending:
+        template = actor_lib.stack_nests([self._item_template()] *
+                                         num_pending)
+        pending = split_batch_major(
+            snapshot.unflatten_nest('pending', state, template), num_pending)
     except (OSError, ValueError, KeyError) as e:
-      if not self.config.allow_empty_replay_on_resume:
-        raise checkpoint_lib.CheckpointError(
-            f'The replay buffer saved with {self.restored} cannot be read '
-            f'({type(e).__name__}: {e}). Pass '
-            '--allow_empty_replay_on_resume to resume with an empty buffer.'
-        ) from e
-      logging.warning('Resuming with an EMPTY replay buffer (%s: %s); it '
-                      'refills from fresh unrolls.', type(e).__name__, e)
+      logging.warning('The run state saved with %s cannot be read (%s: %s): '
+                      'unconsumed unrolls and episode statistics are lost; '
+                      'actors start fresh episodes.', self.restored,
+                      type(e).__name__, e)
       return
-    logging.info('Restored %d replayed unrolls (%d seen) from %s.',
-                 len(self.buffer), self.buffer.num_seen, directory)
+    self.pending.extend(pending)
+    self.episodes.returns.extend(state['episode_returns'].tolist())
+    self.episodes.lengths.extend(state['episode_lengths'].tolist())
+    self.episodes.total = int(state['num_episodes'])
+    self.lags.extend(state['lags'].tolist())
+    try:
+      self.actor_state = snapshot.load(os.path.join(directory, 'actors.npz'))
+    except OSError:
+      logging.info('No actor state saved with %s: actors start fresh '
+                   'episodes.', self.restored)
 
-  def save(self):
-    """Writes the replay (if any), then the checkpoint that points to it.
+  def save(self, actor_state: Optional[snapshot.Arrays] = None):
+    """Writes state-N (replay, run state, actors), then checkpoint N.
 
-    The replay folder is complete under its final name before the
-    checkpoint index moves, so the latest checkpoint always has its replay.
+    The state folder is complete under its final name before the
+    checkpoint index moves, so the latest checkpoint always has its state.
+
+    Args:
+      actor_state: the actors' `get_state`, when they can be continued.
     """
     number = self.checkpointer.next_number
-    if self.buffer is not None:
-      final = self._replay_dir(number)
-      partial = final + '.partial'
-      for stale in (partial, final):
-        shutil.rmtree(stale, ignore_errors=True)
-      self.buffer.save(partial)
-      os.replace(partial, final)
+    final = self._state_dir(number)
+    partial = final + '.partial'
+    for stale in (partial, final):
+      shutil.rmtree(stale, ignore_errors=True)
+    os.makedirs(partial)
+    for name, buffer in self._buffers().items():
+      buffer.save(os.path.join(partial, name))
+    state = {
+        'num_pending': np.array(len(self.pending)),
+        'episode_returns': np.asarray(self.episodes.returns, np.float64),
+        'episode_lengths': np.asarray(self.episodes.lengths, np.int64),
+        'num_episodes': np.array(self.episodes.total),
+        'lags': np.asarray(self.lags, np.int64)}
+    if self.pending:
+      state.update(snapshot.flatten_nest(
+          'pending', actor_lib.stack_nests(list(self.pending))))
+    snapshot.save(os.path.join(partial, 'run.npz'), state)
+    if actor_state is not None:
+      snapshot.save(os.path.join(partial, 'actors.npz'), actor_state)
+    os.replace(partial, final)
     self.checkpointer.save()
     kept = set(self.checkpointer.kept_numbers)
     for path in glob.glob(os.path.join(self.checkpointer.directory,
-                                       'replay-*')):
+                                       'state-*')):
       suffix = path.rsplit('-', 1)[1]
       if not suffix.isdigit() or int(suffix) not in kept:
         shutil.rmtree(path, ignore_errors=True)
@@ -286,6 +366,78 @@ def write_episode_summaries(env_name, episodes, frames):
                       step=frames)
 
 
+def _actor_state(pool) -> Optional[snapshot.Arrays]:
+  """The actors' state when the pool can save it (inline actors), else None."""
+  import envs  # pylint: disable=g-import-not-at-top
+  if not hasattr(pool, 'get_state'):
+    return None
+  try:
+    return pool.get_state()
+  except envs.SnapshotUnsupported as e:
+    logging.info('%s', e)
+    return None
+
+
+def _continue_actors(pool, actor_state: Optional[snapshot.Arrays]):
+  """Puts saved actors back where they were, when the pool can."""
+  if actor_state is None:
+    return
+  if not hasattr(pool, 'set_state'):
+    logging.info('Continuing saved actors needs --backend=inline; actors '
+                 'start fresh episodes.')
+    return
+  try:
+    pool.set_state(actor_state)
+  except (ValueError, KeyError) as e:
+    logging.warning('The saved actors cannot be continued (%s: %s); they '
+                    'start fresh episodes.', type(e).__name__, e)
+    return
+  logging.info('Actors continue their saved episodes.')
+
+
+def _check_finite(stats, config: RunConfig):
+  """Logs a skipped non-finite update; raises if the run must stop."""
+  if not bool(stats.get('skipped', False)):
+    return
+  logging.warning('Update skipped: non-finite loss or gradient (%d skipped '
+                  'so far). Weights are unchanged.',
+                  int(stats['num_skipped_steps']))
+  if config.stop_on_nonfinite:
+    raise NonFiniteUpdate(
+        'A batch produced a non-finite loss or gradient; stopping as '
+        '--stop_on_nonfinite asks. The weights were not updated, and the '
+        'final checkpoint holds the last finite model.')
+
+
+def _log_progress(run: _Run, pool, frame_rate, step_rate, total):
+  """Writes the runtime summaries and the progress lines."""
+  lc = run.config.learner_config
+  fps = frame_rate.measure(run.frames)
+  ups = step_rate.measure(run.version)
+  step = run.frames
+  tf.summary.scalar('runtime/env_frames_per_s', fps, step=step)
+  tf.summary.scalar('runtime/updates_per_s', ups, step=step)
+  lag = float(np.mean(run.lags)) if run.lags else 0.0
+  tf.summary.scalar('runtime/policy_lag', lag, step=step)
+  tf.summary.scalar('runtime/phase', int(run.phase.numpy()), step=step)
+  tf.summary.scalar('runtime/actor_restarts', pool.num_restarts, step=step)
+  tf.summary.scalar('runtime/env_restarts', sum(run.env_restarts.values()),
+                    step=step)
+  logging.info(progress.progress_line(
+      run.phase_name, run.frames, total, fps, ups, run.episodes.mean_return,
+      len(run.episodes.returns), lag))
+  if run.buffer is not None:
+    replay_stats = run.buffer.stats()
+    tf.summary.scalar('replay/size', replay_stats.size, step=step)
+    tf.summary.scalar('replay/bytes', replay_stats.nbytes, step=step)
+    frames_per_unroll = lc.unroll_length * lc.step_mul
+    logging.info('replay: %d/%d unrolls (%s/%s env frames), %.1f MB',
+                 len(run.buffer), run.buffer.capacity,
+                 f'{len(run.buffer) * frames_per_unroll:,}',
+                 f'{run.buffer.capacity * frames_per_unroll:,}',
+                 run.buffer.nbytes / 1e6)
+
+
 def train(config: RunConfig,
           stop_requested: Callable[[], bool] = lambda: False,
           max_updates: Optional[int] = None) -> RunResult:
@@ -322,6 +474,7 @@ def train(config: RunConfig,
   updates = 0
   stopped_early = False
   try:
+    _continue_actors(pool, run.actor_state)
     pool.publish(weights, run.version)
     frame_rate = progress.Rate(run.frames)
     step_rate = progress.Rate(run.version)
@@ -332,70 +485,34 @@ def train(config: RunConfig,
                                 updates >= max_updates):
           stopped_early = True
           break
-        trajectories = pool.get(timeout=1.0)
-        if trajectories is None:
-          continue
-        episodes = run.accept(trajectories)
-        write_episode_summaries(config.env_name, episodes, run.frames)
-        while run.ready() and run.frames < total and (
-            max_updates is None or updates < max_updates):
+        # Learn from what is pending before acting again, so the data a
+        # seeded inline run sees does not depend on where it was resumed.
+        if not run.ready():
+          trajectories = pool.get(timeout=1.0)
+          if trajectories is not None:
+            episodes = run.accept(trajectories)
+            write_episode_summaries(config.env_name, episodes, run.frames)
+        else:
           stats = run.update()
-          if stats is None:
-            continue
-          updates += 1
-          if bool(stats.get('skipped', False)):
-            skipped = int(stats['num_skipped_steps'])
-            logging.warning('Update skipped: non-finite loss or gradient '
-                            '(%d skipped so far). Weights are unchanged.',
-                            skipped)
-            if config.stop_on_nonfinite:
-              raise NonFiniteUpdate(
-                  'A batch produced a non-finite loss or gradient; stopping '
-                  'as --stop_on_nonfinite asks. The weights were not '
-                  'updated, and the final checkpoint holds the last finite '
-                  'model.')
-          if updates == 1:
-            first_update_s = time.monotonic() - start
-            logging.info('First update %.1f s after launch.', first_update_s)
-          pool.publish(run.policy.get_weights(), run.version)
+          if stats is not None:
+            updates += 1
+            _check_finite(stats, config)
+            if updates == 1:
+              first_update_s = time.monotonic() - start
+              logging.info('First update %.1f s after launch.',
+                           first_update_s)
+            pool.publish(run.policy.get_weights(), run.version)
         now = time.monotonic()
         if now - last_log >= config.log_interval_s:
-          fps = frame_rate.measure(run.frames)
-          ups = step_rate.measure(run.version)
-          step = run.frames
-          tf.summary.scalar('runtime/env_frames_per_s', fps, step=step)
-          tf.summary.scalar('runtime/updates_per_s', ups, step=step)
-          tf.summary.scalar('runtime/policy_lag', np.mean(run.lags),
-                            step=step)
-          tf.summary.scalar('runtime/phase', int(run.phase.numpy()),
-                            step=step)
-          tf.summary.scalar('runtime/actor_restarts', pool.num_restarts,
-                            step=step)
-          tf.summary.scalar('runtime/env_restarts',
-                            sum(run.env_restarts.values()), step=step)
-          if run.buffer is not None:
-            replay_stats = run.buffer.stats()
-            tf.summary.scalar('replay/size', replay_stats.size, step=step)
-            tf.summary.scalar('replay/bytes', replay_stats.nbytes, step=step)
-          logging.info(progress.progress_line(
-              run.phase_name, run.frames, total, fps, ups,
-              run.episodes.mean_return, len(run.episodes.returns),
-              float(np.mean(run.lags)) if run.lags else 0.0))
-          if run.buffer is not None:
-            frames_per_unroll = lc.unroll_length * lc.step_mul
-            logging.info(
-                'replay: %d/%d unrolls (%s/%s env frames), %.1f MB',
-                len(run.buffer), run.buffer.capacity,
-                f'{len(run.buffer) * frames_per_unroll:,}',
-                f'{run.buffer.capacity * frames_per_unroll:,}',
-                run.buffer.nbytes / 1e6)
+          _log_progress(run, pool, frame_rate, step_rate, total)
           last_log = now
         if now - last_checkpoint >= config.checkpoint_interval_s:
-          run.save()
+          run.save(_actor_state(pool))
           last_checkpoint = now
   finally:
+    actor_state = _actor_state(pool)
     pool.close()
-    run.save()
+    run.save(actor_state)
     writer.flush()
   return RunResult(run.frames, run.policy.num_updates, run.phase_name,
                    run.episodes.mean_return, run.episodes.total,

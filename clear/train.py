@@ -105,6 +105,15 @@ flags.DEFINE_float('policy_cloning_cost', 0.01,
 flags.DEFINE_float('value_cloning_cost', 0.005,
                    'Weight of the CLEAR value-cloning loss.')
 
+# --- Starting from another run ---------------------------------------------------
+flags.DEFINE_string('init_from', '',
+                    'Start a NEW run from the weights of another run (its '
+                    'logdir or a checkpoint path); ignored when --logdir '
+                    'already holds a checkpoint, which is resumed.')
+flags.DEFINE_enum('init_scope', 'all', list(policy_lib.INIT_SCOPES),
+                  'Which weights --init_from loads: all, only the critic '
+                  '(e.g. from a critic-pretraining run) or only the policy.')
+
 # --- Critic pretraining ---------------------------------------------------------
 flags.DEFINE_integer('num_critic_pretrain_frames', 0,
                      'Frames of critic-only training before the main phase.')
@@ -202,6 +211,8 @@ def validate(f) -> None:
     problems.append(f'--discounting must be in [0, 1] (got {f.discounting}).')
   if f.learning_rate is not None and f.learning_rate <= 0:
     problems.append('--learning_rate must be > 0.')
+  if f['init_scope'].present and not f.init_from:
+    problems.append('--init_scope needs --init_from.')
   if f.test_num_episodes < 1:
     problems.append('--test_num_episodes must be >= 1.')
   if env_family(f.env) not in FAMILY_DEFAULTS:
@@ -250,7 +261,8 @@ def config_from_flags(f) -> run_loop.RunConfig:
       checkpoint_interval_s=f.checkpoint_interval_s,
       log_interval_s=f.log_interval_s,
       allow_empty_replay_on_resume=f.allow_empty_replay_on_resume,
-      stop_on_nonfinite=f.stop_on_nonfinite)
+      stop_on_nonfinite=f.stop_on_nonfinite, init_from=f.init_from,
+      init_scope=f.init_scope)
 
 
 class StopSignal:

@@ -10,5 +10,7 @@ from envs.batched import BatchedEnv
 from envs.recovery import CrashRecoveryEnv
 from envs.recovery import EnvCrashError
 from envs.registry import make
+from envs.single import SnapshotUnsupported
 
-__all__ = ['BatchedEnv', 'CrashRecoveryEnv', 'EnvCrashError', 'make']
+__all__ = ['BatchedEnv', 'CrashRecoveryEnv', 'EnvCrashError', 'SnapshotUnsupported',
+           'make']

@@ -10,14 +10,19 @@ Preprocessing (the usual DQN / IMPALA one):
     OpenCV's area averaging), uint8;
   * the last `frame_stack` such frames stacked on the channel axis:
     observation `{'frame': uint8 [84, 84, frame_stack]}`, newest last;
-  * optional sticky actions (`repeat_action_probability`, done by the ALE
-    per raw frame) and terminal-on-life-loss;
+  * optional sticky actions (`repeat_action_probability`: on each raw frame
+    the previous raw frame's action is repeated with that probability, as
+    the ALE does; done here so the choice is part of `get_state`) and
+    terminal-on-life-loss;
   * the episode is truncated once the ALE has run `max_episode_frames` raw
     frames since the game reset (no-op starts included).
 
 Screens are fetched (grayscale, into preallocated buffers) only for the
 last two raw frames of each step. Seeded: the ALE's own seed and the no-op
 generator both derive from `seed`, so equal seeds give equal episodes.
+`get_state` captures the emulator, the generator of no-ops and sticky
+actions, the last action and the frame buffers, so a resumed run continues
+the same episodes.
 """
 
 import collections
@@ -29,6 +34,7 @@ from ale_py import roms
 import cv2
 import numpy as np
 
+from clear import snapshot
 from clear import types
 from envs import single
 from envs import step_mul as step_mul_lib
@@ -113,8 +119,12 @@ class AtariEnv(single.SingleEnv):
 
     self._ale = ale_py.ALEInterface()
     self._ale.setInt('random_seed', int(seed) % (2**31 - 1))
-    self._ale.setFloat('repeat_action_probability',
-                       float(o['repeat_action_probability']))
+    # Sticky actions are drawn here: the ALE's state omits its last action.
+    self._ale.setFloat('repeat_action_probability', 0.0)
+    self._sticky = float(o['repeat_action_probability'])
+    if not 0.0 <= self._sticky <= 1.0:
+      raise ValueError('Atari option repeat_action_probability must be in '
+                       f'[0, 1], got {self._sticky}.')
     self._ale.loadROM(roms.get_rom_path(self._game))
     self._actions = list(self._ale.getLegalActionSet()
                          if o['full_action_space'] else
@@ -132,6 +142,7 @@ class AtariEnv(single.SingleEnv):
                            np.uint8)
     self._lives = 0
     self._soft_reset = False  # Life lost, game not over: keep playing.
+    self._last_action = self._actions[0]  # NOOP, as after a game reset.
 
     action_spec = collections.OrderedDict(
         action=types.DiscreteSpec(len(self._actions)))
@@ -155,6 +166,7 @@ class AtariEnv(single.SingleEnv):
     if not self._soft_reset:
       self._ale.reset_game()
       noop = self._actions[0]
+      self._last_action = noop
       num_noops = (self._rng.integers(1, self._noop_max + 1)
                    if self._noop_max else 0)
       for _ in range(num_noops):
@@ -176,7 +188,11 @@ class AtariEnv(single.SingleEnv):
     terminated = truncated = False
     frames = 0
     while frames < num_frames:
-      reward += ale.act(ale_action)
+      if self._sticky and self._rng.random() < self._sticky:
+        reward += ale.act(self._last_action)
+      else:
+        reward += ale.act(ale_action)
+        self._last_action = ale_action
       frames += 1
       game_over = ale.game_over(with_truncation=False)
       lives = ale.lives()
@@ -201,6 +217,30 @@ class AtariEnv(single.SingleEnv):
     return single.Transition(observation={'frame': self._stacked()},
                              reward=reward, terminated=terminated,
                              truncated=truncated, frames=frames)
+
+  def get_state(self):
+    emulator = self._ale.cloneState(include_rng=True).serialize()
+    return {'emulator': np.frombuffer(emulator, np.uint8).copy(),
+            'noop_rng': snapshot.to_json_array(self._rng.bit_generator.state),
+            'screens': self._screens.copy(), 'frames': self._frames.copy(),
+            'oldest': np.array(self._oldest), 'lives': np.array(self._lives),
+            'soft_reset': np.array(self._soft_reset),
+            'last_action': np.array(int(self._last_action.value))}
+
+  def set_state(self, state):
+    if state['frames'].shape != self._frames.shape:
+      raise ValueError(f'{self._spec.name}: the saved frame stack is '
+                       f'{state["frames"].shape}, this env has '
+                       f'{self._frames.shape}.')
+    self._ale.restoreState(ale_py.ALEState(state['emulator'].tobytes()))
+    self._rng.bit_generator.state = snapshot.from_json_array(
+        state['noop_rng'])
+    self._screens[:] = state['screens']
+    self._frames[:] = state['frames']
+    self._oldest = int(state['oldest'])
+    self._lives = int(state['lives'])
+    self._soft_reset = bool(state['soft_reset'])
+    self._last_action = ale_py.Action(int(state['last_action']))
 
   def _push(self, screen: np.ndarray):
     """Resizes `screen` into the ring buffer as the newest frame."""

@@ -14,10 +14,11 @@ truncated transition carrying the relaunched env's first observation; the
 `num_env_restarts` exports the relaunch count.
 """
 
-from typing import Sequence
+from typing import Dict, Sequence
 
 import numpy as np
 
+from clear import snapshot
 from clear import types
 from envs import single
 
@@ -108,6 +109,27 @@ class BatchedEnv:
       self._episode_frames[i] = 0
     return types.StepOutput(reward=reward, info=info, done=done,
                             truncated=truncated, observation=observation)
+
+  def get_state(self) -> Dict[str, np.ndarray]:
+    """Every env's state plus the running episode totals (see
+    `SingleEnv.get_state`; raises `SnapshotUnsupported` like it)."""
+    state = {'episode_return': self._episode_return.copy(),
+             'episode_step': self._episode_step.copy(),
+             'episode_frames': self._episode_frames.copy()}
+    for i, env in enumerate(self._envs):
+      state.update(snapshot.prefixed(f'env{i}', env.get_state()))
+    return state
+
+  def set_state(self, state: Dict[str, np.ndarray]):
+    if state['episode_return'].shape != (self.num_envs,):
+      raise ValueError(f'The saved state holds '
+                       f'{state["episode_return"].shape[0]} envs, this '
+                       f'batch {self.num_envs}.')
+    for i, env in enumerate(self._envs):
+      env.set_state(snapshot.subset(f'env{i}', state))
+    self._episode_return[:] = state['episode_return']
+    self._episode_step[:] = state['episode_step']
+    self._episode_frames[:] = state['episode_frames']
 
   def close(self):
     for env in self._envs:

@@ -6,6 +6,12 @@ one-hot). Action: `'action'`, a `DiscreteSpec` for a Discrete space or a
 Gymnasium's time limit (`TimeLimit`) ends episodes as truncated. With a
 step multiplier the action is repeated, summing rewards and stopping at
 episode end (fixed default: 1 frame per step).
+
+Classic-control and toy-text envs keep their whole state in plain
+attributes (numbers, arrays, a numpy Generator) of the env and its
+wrappers; `get_state` captures those, so a resumed run continues the same
+episodes. Other families (Box2D, MuJoCo) hold state in native objects and
+raise `SnapshotUnsupported`.
 """
 
 import collections
@@ -14,6 +20,7 @@ import difflib
 import gymnasium
 import numpy as np
 
+from clear import snapshot
 from clear import types
 from envs import single
 from envs import step_mul as step_mul_lib
@@ -24,6 +31,39 @@ DEFAULT_OPTIONS = {
     'step_mul': 1,
     'max_step_mul': 4,
 }
+
+# Env modules whose state lives entirely in plain Python/numpy attributes.
+SNAPSHOT_MODULES = ('gymnasium.envs.classic_control', 'gymnasium.envs.toy_text')
+
+
+def _encode_attribute(value):
+  """A JSON form of a plain attribute value, or None to leave it out."""
+  if isinstance(value, np.random.Generator):
+    return {'generator': value.bit_generator.state}
+  if isinstance(value, np.ndarray) and value.dtype.kind in 'biuf':
+    return {'array': value.tolist(), 'dtype': value.dtype.str}
+  if isinstance(value, np.generic):
+    value = value.item()
+  if value is None or isinstance(value, (bool, int, float, str)):
+    return {'value': value}
+  if isinstance(value, tuple) and all(
+      isinstance(x, (bool, int, float)) for x in value):
+    return {'tuple': list(value)}
+  return None
+
+
+def _decode_attribute(encoded):
+  if 'generator' in encoded:
+    state = encoded['generator']
+    generator = np.random.Generator(getattr(np.random,
+                                            state['bit_generator'])())
+    generator.bit_generator.state = state
+    return generator
+  if 'array' in encoded:
+    return np.asarray(encoded['array'], np.dtype(encoded['dtype']))
+  if 'tuple' in encoded:
+    return tuple(encoded['tuple'])
+  return encoded['value']
 
 
 def check_game(env_id: str):
@@ -111,6 +151,38 @@ class GymEnv(single.SingleEnv):
         observation={'vector': self._encode(observation)}, reward=reward,
         terminated=terminated, truncated=truncated and not terminated,
         frames=frames)
+
+  def _layers(self):
+    """The wrappers from the outside in, then the unwrapped env."""
+    layer = self._env
+    while isinstance(layer, gymnasium.Wrapper):
+      yield layer
+      layer = layer.env
+    yield layer
+
+  def get_state(self):
+    if not type(self._env.unwrapped).__module__.startswith(SNAPSHOT_MODULES):
+      return super().get_state()
+    layers = []
+    for layer in self._layers():
+      encoded = {name: _encode_attribute(value)
+                 for name, value in vars(layer).items()}
+      layers.append({k: v for k, v in encoded.items() if v is not None})
+    return {'layers': snapshot.to_json_array(layers),
+            'seeded': np.array(self._seeded)}
+
+  def set_state(self, state):
+    if not type(self._env.unwrapped).__module__.startswith(SNAPSHOT_MODULES):
+      super().set_state(state)
+    layers = snapshot.from_json_array(state['layers'])
+    targets = list(self._layers())
+    if len(layers) != len(targets):
+      raise ValueError(f'{self._spec.name}: the saved state has '
+                       f'{len(layers)} wrapper layers, this env {len(targets)}.')
+    for layer, attributes in zip(targets, layers):
+      for name, encoded in attributes.items():
+        setattr(layer, name, _decode_attribute(encoded))
+    self._seeded = bool(state['seeded'])
 
   def close(self):
     self._env.close()

@@ -7,7 +7,9 @@ episode statistics.
 """
 
 import abc
-from typing import NamedTuple
+from typing import Dict, NamedTuple
+
+import numpy as np
 
 from clear import types
 
@@ -31,6 +33,10 @@ class Transition(NamedTuple):
   frames: int
 
 
+class SnapshotUnsupported(NotImplementedError):
+  """The environment cannot save or restore its state."""
+
+
 class SingleEnv(abc.ABC):
   """One environment instance, unbatched."""
 
@@ -46,6 +52,25 @@ class SingleEnv(abc.ABC):
   @abc.abstractmethod
   def step(self, action: dict) -> Transition:
     """Applies `action` (dict name -> scalar, or array for continuous)."""
+
+  def get_state(self) -> Dict[str, np.ndarray]:
+    """Everything that decides the env's future, as named numpy arrays.
+
+    With `set_state` this lets a resumed run continue the same episodes
+    exactly (see `clear.snapshot`; JSON values as 0-d unicode arrays).
+
+    Raises:
+      SnapshotUnsupported: the env cannot be captured (the default).
+    """
+    raise SnapshotUnsupported(
+        f'{type(self).__name__} ({self.spec.name}) cannot save its state; a '
+        'resumed run starts fresh episodes.')
+
+  def set_state(self, state: Dict[str, np.ndarray]):
+    """Restores what `get_state` returned (on an env built the same way)."""
+    del state
+    raise SnapshotUnsupported(
+        f'{type(self).__name__} ({self.spec.name}) cannot restore a state.')
 
   def close(self):
     """Releases the environment's resources."""

@@ -74,7 +74,7 @@ def test_sigkill_during_checkpoints_leaves_the_latest_readable(tmp_path):
     assert not wait_gone(children), [c.cmdline() for c in children]
     frames, path = saved_counter(logdir, 'num_env_frames')
     number = int(path.rsplit('-', 1)[1])
-    replay = os.path.join(logdir, 'checkpoints', f'replay-{number}')
+    replay = os.path.join(logdir, 'checkpoints', f'state-{number}', 'replay')
     with open(os.path.join(replay, 'replay.json')) as f:
       assert json.load(f)['size'] > 0
   # The same command resumes exactly at the latest checkpoint's counters.
@@ -125,7 +125,8 @@ def test_crafted_pickles_in_the_logdir_are_never_loaded(tmp_path):
   payload = pickle.dumps(_MarkerWriterForTest(marker))
   with open(os.path.join(logdir, 'evil.pkl'), 'wb') as f:
     f.write(payload)
-  replay = glob.glob(os.path.join(logdir, 'checkpoints', 'replay-*'))[0]
+  replay = glob.glob(os.path.join(logdir, 'checkpoints', 'state-*',
+                                  'replay'))[0]
   np.save(os.path.join(replay, 'contents_000.npy'),
           np.array([_MarkerWriterForTest(marker)], dtype=object),
           allow_pickle=True)

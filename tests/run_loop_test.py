@@ -102,6 +102,39 @@ def test_logdir_of_another_network_is_rejected(tmp_path):
     run_loop.train(other, max_updates=1)
 
 
+def test_init_from_loads_only_the_part_asked_for(tmp_path):
+  # A critic-pretraining run, then a new run that takes only its critic.
+  pretrain = make_config(tmp_path / 'pretrain', num_replay=0, seed=1,
+                         agent_config=policy_lib.AgentConfig('mlp', 8, True),
+                         num_critic_pretrain_frames=10**6)
+  run_loop.train(pretrain, max_updates=2)
+  source = run_loop._Run(pretrain).policy.agent
+  main = pretrain._replace(logdir=str(tmp_path / 'main'), seed=2,
+                           num_critic_pretrain_frames=0,
+                           init_from=str(tmp_path / 'pretrain'),
+                           init_scope='critic')
+  agent = run_loop._Run(main).policy.agent
+  fresh = policy_lib.make_policy('impala', run_loop.env_spec(main),
+                                 main.agent_config, seed=2).agent
+  for target, expected in zip(agent.critic_variables,
+                              source.critic_variables):
+    np.testing.assert_array_equal(target.numpy(), expected.numpy())
+  for target, expected in zip(agent.policy_variables,
+                              fresh.policy_variables):
+    np.testing.assert_array_equal(target.numpy(), expected.numpy())
+  # Once the new run has a checkpoint of its own, it resumes that instead.
+  run_loop.train(main, max_updates=1)
+  resumed = run_loop._Run(main).policy.agent
+  assert any(np.any(a.numpy() != b.numpy()) for a, b in zip(
+      resumed.critic_variables, source.critic_variables))
+  # Another network fails with one clear message, before any update.
+  other = main._replace(logdir=str(tmp_path / 'other'),
+                        agent_config=policy_lib.AgentConfig('mlp', 16, True))
+  with pytest.raises(checkpoint_lib.CheckpointError,
+                     match='different network'):
+    run_loop._Run(other)
+
+
 def test_evaluate_writes_the_summary_json(tmp_path):
   config = make_config(tmp_path)
   run_loop.train(config, max_updates=2)
@@ -152,37 +185,71 @@ def test_replay_contents_survive_resume(tmp_path):
   config = make_config(tmp_path, backend='inline')
   run_loop.train(config, max_updates=4)
   checkpoints = os.path.join(str(tmp_path), 'checkpoints')
-  replay_dirs = sorted(glob.glob(os.path.join(checkpoints, 'replay-*')))
-  assert [os.path.basename(d) for d in replay_dirs] == ['replay-1']
-  with open(os.path.join(replay_dirs[0], 'replay.json')) as f:
+  state_dirs = sorted(glob.glob(os.path.join(checkpoints, 'state-*')))
+  assert [os.path.basename(d) for d in state_dirs] == ['state-1']
+  replay_dir = os.path.join(state_dirs[0], 'replay')
+  with open(os.path.join(replay_dir, 'replay.json')) as f:
     saved = json.load(f)
   run = run_loop._Run(config)
   assert len(run.buffer) == saved['size'] > 0
   assert run.buffer.num_seen == saved['num_seen']
-  saved_first = np.load(os.path.join(replay_dirs[0], 'contents_000.npy'),
+  saved_first = np.load(os.path.join(replay_dir, 'contents_000.npy'),
                         allow_pickle=False)
   np.testing.assert_array_equal(run.buffer._leaves[0][:len(run.buffer)],
                                 saved_first)
-  # A second run saves replay-2 with checkpoint 2; old folders are pruned
+  # A second run saves state-2 with checkpoint 2; old folders are pruned
   # along with their checkpoints (3 kept).
   for _ in range(3):
     run_loop.train(config, max_updates=1)
   names = sorted(os.path.basename(d) for d in
-                 glob.glob(os.path.join(checkpoints, 'replay-*')))
-  assert names == ['replay-2', 'replay-3', 'replay-4']
+                 glob.glob(os.path.join(checkpoints, 'state-*')))
+  assert names == ['state-2', 'state-3', 'state-4']
 
 
 def test_missing_replay_needs_an_explicit_flag(tmp_path):
   config = make_config(tmp_path, backend='inline')
   run_loop.train(config, max_updates=2)
   for path in glob.glob(os.path.join(str(tmp_path), 'checkpoints',
-                                     'replay-*')):
-    os.remove(os.path.join(path, 'replay.json'))
+                                     'state-*')):
+    os.remove(os.path.join(path, 'replay', 'replay.json'))
   with pytest.raises(checkpoint_lib.CheckpointError,
                      match='allow_empty_replay_on_resume'):
     run_loop._Run(config)
   run = run_loop._Run(config._replace(allow_empty_replay_on_resume=True))
   assert len(run.buffer) == 0
+
+
+@pytest.mark.parametrize('env_name', ['gym:CartPole-v1', 'atari:Pong'])
+def test_a_resumed_inline_run_matches_an_uninterrupted_one(tmp_path,
+                                                           env_name):
+  # 4 envs x 1 actor give 4 unrolls per collect and a batch takes 3 (1
+  # replayed + 2 fresh): stops leave unconsumed unrolls and running
+  # episodes behind, which the resumed run must continue exactly.
+  kwargs = dict(backend='inline', seed=5, batch_size=3, num_replay=1,
+                env_name=env_name)
+  if env_name.startswith('atari'):
+    kwargs.update(env_options={'noop_max': 5, 'repeat_action_probability':
+                               0.25}, unroll_length=3, envs_per_actor=2,
+                  batch_size=2, agent_config=policy_lib.AgentConfig(
+                      'impala_shallow', 16))
+  whole = make_config(tmp_path / 'whole', **kwargs)
+  run_loop.train(whole, max_updates=9)
+  parts = whole._replace(logdir=str(tmp_path / 'parts'))
+  for _ in range(3):
+    run_loop.train(parts, max_updates=3)
+  expected = scalar_series(tmp_path / 'whole', 'loss/total')
+  assert len(expected) == 9
+  assert scalar_series(tmp_path / 'parts', 'loss/total') == expected
+  state = lambda logdir: {k: v for k, v in saved_variables(logdir).items()
+                          if 'optimizer' in k or k.startswith('agent/')}
+  whole_state, parts_state = state(tmp_path / 'whole'), state(
+      tmp_path / 'parts')
+  assert whole_state.keys() == parts_state.keys()
+  for name, value in whole_state.items():
+    np.testing.assert_array_equal(parts_state[name], value, err_msg=name)
+  # Episode statistics continue too.
+  assert run_loop._Run(parts).episodes.total == run_loop._Run(
+      whole).episodes.total
 
 
 def test_non_finite_updates_are_skipped_or_stop_the_run(tmp_path):

@@ -125,6 +125,7 @@ def test_unknown_game_gives_one_message_and_no_traceback(tmp_path):
     (['--nofixed_step_mul', '--max_step_mul=0'], '--max_step_mul'),
     (['--discounting=1.5'], '--discounting'),
     (['--env=Pong'], '--env'),
+    (['--init_scope=critic'], '--init_scope needs --init_from'),
 ])
 def test_validate_rejects_impossible_combinations(args, message):
   with flagsaver.flagsaver():
