@@ -489,9 +489,10 @@ def train(config: RunConfig,
         # seeded inline run sees does not depend on where it was resumed.
         if not run.ready():
           trajectories = pool.get(timeout=1.0)
-          if trajectories is not None:
-            episodes = run.accept(trajectories)
-            write_episode_summaries(config.env_name, episodes, run.frames)
+          if trajectories is None:
+            continue  # Nothing new to log or save.
+          episodes = run.accept(trajectories)
+          write_episode_summaries(config.env_name, episodes, run.frames)
         else:
           stats = run.update()
           if stats is not None:

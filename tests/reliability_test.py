@@ -81,7 +81,7 @@ def test_sigkill_during_checkpoints_leaves_the_latest_readable(tmp_path):
   process = start(*args)
   lines = read_until(process, r'Resuming at')
   process.send_signal(signal.SIGTERM)
-  process.communicate(timeout=60)
+  process.communicate(timeout=180)
   resumed = re.search(r'Resuming at (\d+) frames, (\d+) updates',
                       ''.join(lines))
   assert int(resumed.group(1)) == frames
@@ -97,7 +97,7 @@ def test_sigterm_stops_every_process_and_writes_a_final_checkpoint(tmp_path):
   children = descendants(process)
   assert len(children) >= 2  # Two actors (plus multiprocessing's tracker).
   process.send_signal(signal.SIGTERM)
-  output, _ = process.communicate(timeout=60)
+  output, _ = process.communicate(timeout=180)
   assert process.returncode == 128 + signal.SIGTERM, output[-2000:]
   assert 'Saved checkpoint' in output
   assert not wait_gone(children, timeout=10)
