@@ -21,7 +21,8 @@ INSTALL_REQUIRES = [
 
 EXTRAS_REQUIRE = {
     'ray': ['ray>=2.60,<2.61'],
-    'test': ['pytest>=8,<10', 'pytest-xdist>=3.5,<4'],
+    # The tests render figures too, so they need the plot extra's package.
+    'test': ['pytest>=8,<10', 'pytest-xdist>=3.5,<4', 'matplotlib>=3.8,<4'],
     'plot': ['matplotlib>=3.8,<4'],
 }
 

@@ -141,11 +141,20 @@ def find_checkpoint(location: str) -> str:
 
 
 def restore_agent_only(location: str, agent) -> str:
-  """Restores just the agent's weights from a checkpoint (see
-  `find_checkpoint` for `location`).
+  """Restores just the agent's weights (see `restore_part`)."""
+  return restore_part(location, {'agent': agent})
+
+
+def restore_part(location: str, trackables: Dict[str, object]) -> str:
+  """Restores some named objects from a checkpoint (see `find_checkpoint`
+  for `location`), e.g. just what acting needs.
 
   Used by test mode and for explicit partial restores; other objects in the
   checkpoint (optimizers, counters) are ignored on purpose.
+
+  Args:
+    location: a run's logdir, checkpoints folder or checkpoint path.
+    trackables: name -> object, named as in the full checkpoint.
 
   Returns:
     The checkpoint's path.
@@ -155,12 +164,12 @@ def restore_agent_only(location: str, agent) -> str:
   """
   path = find_checkpoint(location)
   try:
-    status = tf.train.Checkpoint(agent=agent).restore(path)
+    status = tf.train.Checkpoint(**trackables).restore(path)
     status.assert_existing_objects_matched()
     status.expect_partial()
   except (tf.errors.OpError, AssertionError, ValueError) as e:
     raise CheckpointError(
-        f'Cannot restore the agent from {path}: it was written for a '
-        f'different network ({type(e).__name__}: '
+        f'Cannot restore {sorted(trackables)} from {path}: it was written '
+        f'for a different network ({type(e).__name__}: '
         f'{str(e).splitlines()[0][:300]}).') from e
   return path

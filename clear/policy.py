@@ -156,6 +156,11 @@ class Policy(abc.ABC):
   def set_rng_state(self, state: Dict[str, np.ndarray]):
     del state
 
+  def acting_checkpointables(self) -> Dict[str, tf.Module]:
+    """What acting needs from a checkpoint, named as in `checkpointables`
+    (test mode restores only these into an acting-only policy)."""
+    raise NotImplementedError
+
   def replay_buffers(self) -> Dict[str, replay_lib.ReplayBuffer]:
     """Replay buffers the policy owns (off-policy algorithms), by name.
 
@@ -226,6 +231,9 @@ class ImpalaPolicy(Policy):
     for target, source in zip(part(self.agent), part(twin)):
       target.assign(source)
     return path
+
+  def acting_checkpointables(self):
+    return {'agent': self.agent}
 
   def get_rng_state(self):
     return {'agent': self.agent.rng.state.numpy()}

@@ -32,11 +32,13 @@ import tree
 from clear import actor as actor_lib
 from clear import actor_pool as pool_lib
 from clear import checkpoint as checkpoint_lib
+from clear import continual
 from clear import learner as learner_lib
 from clear import policy as policy_lib
 from clear import progress
 from clear import replay as replay_lib
 from clear import snapshot
+from envs import multitask
 
 PHASES = ('prefill', 'critic', 'main')
 PREFILL, CRITIC, MAIN = range(3)
@@ -71,6 +73,14 @@ class RunConfig(NamedTuple):
       only used when the logdir holds no checkpoint of its own.
     init_scope: which weights `init_from` loads: 'all', 'critic' (e.g. a
       critic-pretraining run) or 'policy'.
+    frames_per_task, num_task_cycles: for a task sequence (`env_name`
+      'gym:A,gym:B'): frames each task trains for before the next one, and
+      how often the sequence repeats (`total_environment_frames` must be
+      their product times the number of tasks).
+    eval_interval_frames: evaluate every task of the env every this many
+      frames (0: only sequences evaluate, at each task's end).
+    eval_episodes: episodes per task and evaluation.
+    eval_max_steps: agent steps after which an evaluation episode is cut.
   """
   env_name: str
   env_options: dict
@@ -95,6 +105,11 @@ class RunConfig(NamedTuple):
   stop_on_nonfinite: bool = False
   init_from: str = ''
   init_scope: str = 'all'
+  frames_per_task: int = 0
+  num_task_cycles: int = 1
+  eval_interval_frames: int = 0
+  eval_episodes: int = 10
+  eval_max_steps: int = 27_000
 
 
 class NonFiniteUpdate(RuntimeError):
@@ -126,12 +141,43 @@ def env_spec(config: RunConfig):
 
 def run_identity(config: RunConfig):
   """What a checkpoint must have been made for to be resumed by `config`."""
-  return {'env': config.env_name, 'algorithm': config.algorithm,
-          'network': config.agent_config.network,
-          'core_size': config.agent_config.core_size,
-          'separate_critic': config.agent_config.separate_critic,
-          'env_options': {k: config.env_options[k]
-                          for k in sorted(config.env_options)}}
+  identity = {'env': config.env_name, 'algorithm': config.algorithm,
+              'network': config.agent_config.network,
+              'core_size': config.agent_config.core_size,
+              'separate_critic': config.agent_config.separate_critic,
+              'env_options': {k: config.env_options[k]
+                              for k in sorted(config.env_options)}}
+  if multitask.is_sequence(config.env_name):
+    identity.update(frames_per_task=config.frames_per_task,
+                    num_task_cycles=config.num_task_cycles)
+  return identity
+
+
+def task_schedule(config: RunConfig) -> Optional[continual.TaskSchedule]:
+  """The schedule of a task-sequence run, None for a single env.
+
+  Raises:
+    ValueError: the schedule does not cover `total_environment_frames`.
+  """
+  if not multitask.is_sequence(config.env_name):
+    return None
+  schedule = continual.TaskSchedule(multitask.split_sequence(config.env_name),
+                                    config.frames_per_task,
+                                    config.num_task_cycles)
+  total = config.learner_config.total_environment_frames
+  if schedule.total_frames != total:
+    raise ValueError(
+        f'A task sequence trains for frames_per_task x tasks x cycles = '
+        f'{schedule.total_frames:,} frames, but total_environment_frames is '
+        f'{total:,}.')
+  return schedule
+
+
+def env_options_at(config: RunConfig, schedule, frames: int) -> dict:
+  """The env options of the task trained at `frames`."""
+  if schedule is None:
+    return dict(config.env_options)
+  return {**config.env_options, 'task': schedule.task_at(frames)}
 
 
 def split_batch_major(nest, batch_size: int):
@@ -185,6 +231,8 @@ class _Run:
     self.env_restarts = {}  # Actor id -> its cumulative env relaunches.
     self.pending = collections.deque()
     self.actor_state = None  # Saved actors to continue, if any.
+    self.schedule = task_schedule(config)
+    self.eval_history = continual.EvalHistory()
     if self.restored:
       self._restore_state()
     self._advance_phase()
@@ -251,6 +299,9 @@ class _Run:
     self.episodes.lengths.extend(state['episode_lengths'].tolist())
     self.episodes.total = int(state['num_episodes'])
     self.lags.extend(state['lags'].tolist())
+    if 'eval_history/frames' in state:
+      self.eval_history = continual.EvalHistory.from_arrays(
+          snapshot.subset('eval_history', state))
     try:
       self.actor_state = snapshot.load(os.path.join(directory, 'actors.npz'))
     except OSError:
@@ -280,6 +331,9 @@ class _Run:
         'episode_lengths': np.asarray(self.episodes.lengths, np.int64),
         'num_episodes': np.array(self.episodes.total),
         'lags': np.asarray(self.lags, np.int64)}
+    if len(self.eval_history):
+      state.update(snapshot.prefixed('eval_history',
+                                     self.eval_history.to_arrays()))
     if self.pending:
       state.update(snapshot.flatten_nest(
           'pending', actor_lib.stack_nests(list(self.pending))))
@@ -298,6 +352,26 @@ class _Run:
   @property
   def frames(self) -> int:
     return self.policy.num_env_frames
+
+  @property
+  def task_name(self) -> str:
+    """The env (or the task of a sequence) the actors play now."""
+    if self.schedule is None:
+      return self.config.env_name
+    return self.schedule.task_name_at(self.frames)
+
+  def eval_due(self) -> bool:
+    """Whether the evaluation schedule asks for an evaluation now: first
+    at the start, then every `eval_interval_frames` and at each task end."""
+    if not len(self.eval_history):
+      return True
+    last = self.eval_history.records[-1].frames
+    due = []
+    if self.config.eval_interval_frames:
+      due.append(last + self.config.eval_interval_frames)
+    if self.schedule is not None:
+      due.append(self.schedule.segment_end(last))
+    return bool(due) and self.frames >= min(due)
 
   @property
   def phase_name(self) -> str:
@@ -438,13 +512,59 @@ def _log_progress(run: _Run, pool, frame_rate, step_rate, total):
                  run.buffer.nbytes / 1e6)
 
 
+class _Evaluation:
+  """Periodic evaluation of every task with the learner's current weights.
+
+  Evaluation uses its own acting policy and envs (seeded apart from the
+  actors'), so it never changes what training sees.
+  """
+
+  def __init__(self, run: _Run):
+    config = run.config
+    self._run = run
+    policy = policy_lib.make_policy(config.algorithm, run.policy.spec,
+                                    config.agent_config,
+                                    seed=config.seed + 1)
+    self._evaluator = continual.Evaluator(
+        config.env_name, config.env_options, policy,
+        num_episodes=config.eval_episodes, seed=config.seed + 104_729,
+        max_steps=config.eval_max_steps)
+    if run.schedule is not None:
+      continual.write_tasks_json(config.logdir, run.schedule)
+
+  def maybe_evaluate(self, force: bool = False):
+    run = self._run
+    done = len(run.eval_history) and (
+        run.eval_history.records[-1].frames == run.frames)
+    if done or not (force or run.eval_due()):
+      return
+    results = self._evaluator.evaluate(run.policy.get_weights())
+    run.eval_history.append(run.frames, results)
+    continual.write_eval_summaries(results, run.frames)
+    logging.info('eval at %s frames: %s', f'{run.frames:,}', ', '.join(
+        f'{name} {value:.1f}' for name, value in results.items()))
+
+  def finish(self):
+    """Writes the continual-learning metrics of a task sequence."""
+    run = self._run
+    self._evaluator.close()
+    if run.schedule is None or not len(run.eval_history):
+      return
+    metrics = continual.forgetting_metrics(run.eval_history, run.schedule)
+    path = os.path.join(run.config.logdir, 'continual_metrics.json')
+    continual.write_metrics_json(path, metrics)
+    logging.info('Continual-learning metrics written to %s.', path)
+
+
 def train(config: RunConfig,
           stop_requested: Callable[[], bool] = lambda: False,
           max_updates: Optional[int] = None) -> RunResult:
   """Trains until `total_environment_frames`, a stop request or max_updates.
 
   Writes a checkpoint every `checkpoint_interval_s` and at the end (also
-  when stopped early), so running the same config again resumes.
+  when stopped early), so running the same config again resumes. A task
+  sequence switches the actors to the next task every `frames_per_task`
+  and evaluates every task at each switch.
   """
   start = time.monotonic()
   os.makedirs(config.logdir, exist_ok=True)
@@ -454,16 +574,24 @@ def train(config: RunConfig,
   if run.restored:
     logging.info('Resuming at %d frames, %d updates, phase %s.', run.frames,
                  run.version, run.phase_name)
-  pool_config = pool_lib.ActorPoolConfig(
-      env_name=config.env_name, env_options=config.env_options,
-      envs_per_actor=config.envs_per_actor, algorithm=config.algorithm,
-      agent_config=config.agent_config, unroll_length=lc.unroll_length,
-      num_actors=config.num_actors, seed=config.seed + 7919 * run.version,
-      max_restarts=config.max_actor_restarts)
   weights = run.policy.get_weights()
-  pool = pool_lib.make_pool(config.backend, pool_config,
-                            [w.shape for w in weights],
-                            config.ray_address or None)
+
+  def make_pool():
+    pool_config = pool_lib.ActorPoolConfig(
+        env_name=config.env_name,
+        env_options=env_options_at(config, run.schedule, run.frames),
+        envs_per_actor=config.envs_per_actor, algorithm=config.algorithm,
+        agent_config=config.agent_config, unroll_length=lc.unroll_length,
+        num_actors=config.num_actors, seed=config.seed + 7919 * run.version,
+        max_restarts=config.max_actor_restarts)
+    if run.schedule is not None:
+      logging.info('Task %s from %s frames.', run.task_name,
+                   f'{run.frames:,}')
+    return pool_lib.make_pool(config.backend, pool_config,
+                              [w.shape for w in weights],
+                              config.ray_address or None)
+
+  pool = make_pool()
   writer = tf.summary.create_file_writer(config.logdir)
   with writer.as_default():  # Summary ops bind to the writer when traced.
     # Build the learner's graphs while the actors start up.
@@ -473,14 +601,25 @@ def train(config: RunConfig,
   first_update_s = float('nan')
   updates = 0
   stopped_early = False
+  evaluation = None
   try:
+    if run.schedule is not None or config.eval_interval_frames:
+      evaluation = _Evaluation(run)
     _continue_actors(pool, run.actor_state)
     pool.publish(weights, run.version)
     frame_rate = progress.Rate(run.frames)
     step_rate = progress.Rate(run.version)
     last_log = last_checkpoint = time.monotonic()
+    task = run.task_name
     with writer.as_default():
       while run.frames < total:
+        if evaluation is not None:
+          evaluation.maybe_evaluate()
+        if run.task_name != task:  # The sequence moves on.
+          pool.close()
+          pool = make_pool()
+          pool.publish(run.policy.get_weights(), run.version)
+          task = run.task_name
         if stop_requested() or (max_updates is not None and
                                 updates >= max_updates):
           stopped_early = True
@@ -492,7 +631,7 @@ def train(config: RunConfig,
           if trajectories is None:
             continue  # Nothing new to log or save.
           episodes = run.accept(trajectories)
-          write_episode_summaries(config.env_name, episodes, run.frames)
+          write_episode_summaries(task, episodes, run.frames)
         else:
           stats = run.update()
           if stats is not None:
@@ -510,14 +649,33 @@ def train(config: RunConfig,
         if now - last_checkpoint >= config.checkpoint_interval_s:
           run.save(_actor_state(pool))
           last_checkpoint = now
+      if evaluation is not None and not stopped_early:
+        evaluation.maybe_evaluate(force=True)  # The final performance.
   finally:
     actor_state = _actor_state(pool)
     pool.close()
     run.save(actor_state)
+    if evaluation is not None:
+      evaluation.finish()
     writer.flush()
   return RunResult(run.frames, run.policy.num_updates, run.phase_name,
                    run.episodes.mean_return, run.episodes.total,
                    time.monotonic() - start, first_update_s, stopped_early)
+
+
+def _summary(returns) -> dict:
+  """Mean, median, spread and the normal 95% interval of the mean."""
+  returns = np.asarray(returns, np.float64)
+  half_width = 1.96 * returns.std(ddof=1) / np.sqrt(len(returns)) if len(
+      returns) > 1 else 0.0
+  return {
+      'num_episodes': int(len(returns)), 'mean': float(returns.mean()),
+      'median': float(np.median(returns)), 'std': float(returns.std()),
+      'min': float(returns.min()), 'max': float(returns.max()),
+      'ci95': [float(returns.mean() - half_width),
+               float(returns.mean() + half_width)],
+      'returns': returns.tolist(),
+  }
 
 
 def evaluate(config: RunConfig, num_episodes: int) -> dict:
@@ -526,37 +684,31 @@ def evaluate(config: RunConfig, num_episodes: int) -> dict:
   Returns:
     Dict with the returns' mean, median, std, min, max and the 95% interval
     of the mean (normal approximation), also written to
-    `logdir/test_results.json`.
+    `logdir/test_results.json`. For a task sequence, one such summary per
+    task under 'tasks'.
   """
-  import envs  # pylint: disable=g-import-not-at-top
   if num_episodes < 1:
     raise ValueError(f'test_num_episodes must be >= 1, got {num_episodes}.')
-  num_envs = min(num_episodes, config.envs_per_actor)
-  env = envs.make(config.env_name, num_envs=num_envs, seed=config.seed + 1,
-                  **config.env_options)
-  policy = policy_lib.make_policy(config.algorithm, env.spec,
-                                  config.agent_config, seed=config.seed)
-  path = checkpoint_lib.restore_agent_only(
-      os.path.join(config.logdir, 'checkpoints'), policy.agent)
-  actor = actor_lib.Actor(env, policy, unroll_length=100)
-  returns = []
+  spec = env_spec(config)
+  policy = policy_lib.make_policy(config.algorithm, spec, config.agent_config,
+                                  seed=config.seed)
+  path = checkpoint_lib.restore_part(
+      os.path.join(config.logdir, 'checkpoints'),
+      policy.acting_checkpointables())
+  evaluator = continual.Evaluator(
+      config.env_name, config.env_options, policy,
+      num_episodes=num_episodes, seed=config.seed + 1,
+      max_steps=config.eval_max_steps)
   try:
-    while len(returns) < num_episodes:
-      returns.extend(e.episode_return for e in actor.collect().episodes)
+    results = evaluator.evaluate_tasks()
   finally:
-    actor.close()
-  returns = np.asarray(returns[:num_episodes], np.float64)
-  half_width = 1.96 * returns.std(ddof=1) / np.sqrt(len(returns)) if len(
-      returns) > 1 else 0.0
-  summary = {
-      'env': config.env_name, 'checkpoint': path,
-      'num_episodes': int(len(returns)), 'mean': float(returns.mean()),
-      'median': float(np.median(returns)), 'std': float(returns.std()),
-      'min': float(returns.min()), 'max': float(returns.max()),
-      'ci95': [float(returns.mean() - half_width),
-               float(returns.mean() + half_width)],
-      'returns': returns.tolist(),
-  }
+    evaluator.close()
+  summary = {'env': config.env_name, 'checkpoint': path}
+  if multitask.is_sequence(config.env_name):
+    summary['tasks'] = {name: _summary(result.returns)
+                        for name, result in results.items()}
+  else:
+    summary.update(_summary(results[config.env_name].returns))
   out = os.path.join(config.logdir, 'test_results.json')
   with open(out + '.tmp', 'w') as f:
     json.dump(summary, f, indent=2)

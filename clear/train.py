@@ -31,7 +31,9 @@ FLAGS = flags.FLAGS
 
 # --- What to run --------------------------------------------------------------
 flags.DEFINE_string('env', 'gym:CartPole-v1',
-                    'Environment: atari:<Game>, sc2:<Map>, gym:<id>.')
+                    'Environment: atari:<Game>, sc2:<Map>, gym:<id>, or a '
+                    'comma-separated sequence of one family trained one '
+                    'after another (see --frames_per_task).')
 flags.DEFINE_enum('algorithm', 'impala', sorted(policy_lib.POLICIES),
                   'Algorithm.')
 flags.DEFINE_enum('mode', 'train', ['train', 'test'],
@@ -105,6 +107,20 @@ flags.DEFINE_float('policy_cloning_cost', 0.01,
 flags.DEFINE_float('value_cloning_cost', 0.005,
                    'Weight of the CLEAR value-cloning loss.')
 
+# --- Task sequences and evaluation ----------------------------------------------
+flags.DEFINE_integer('frames_per_task', 0,
+                     'With a sequence --env: frames each task trains for '
+                     'before the next (total = this x tasks x cycles).')
+flags.DEFINE_integer('num_task_cycles', 1,
+                     'How many times a task sequence is trained through.')
+flags.DEFINE_integer('eval_interval_frames', 0,
+                     'Evaluate every task every this many frames (0: only '
+                     'task sequences evaluate, at the start and at each task '
+                     'switch and the end).')
+flags.DEFINE_integer('eval_episodes', 10, 'Episodes per task and evaluation.')
+flags.DEFINE_integer('eval_max_steps', 27_000,
+                     'Agent steps after which an evaluation episode is cut.')
+
 # --- Starting from another run ---------------------------------------------------
 flags.DEFINE_string('init_from', '',
                     'Start a NEW run from the weights of another run (its '
@@ -170,6 +186,15 @@ def family_default(f, name):
   return value
 
 
+def sequence_frames(f) -> int:
+  """Total frames of a task sequence: frames per task x tasks x cycles."""
+  return f.frames_per_task * len(f.env.split(',')) * f.num_task_cycles
+
+
+def total_frames(f) -> int:
+  return sequence_frames(f) if ',' in f.env else f.total_environment_frames
+
+
 def validate(f) -> None:
   """Checks flag combinations; raises app.UsageError naming the flags."""
   problems = []
@@ -211,6 +236,24 @@ def validate(f) -> None:
     problems.append(f'--discounting must be in [0, 1] (got {f.discounting}).')
   if f.learning_rate is not None and f.learning_rate <= 0:
     problems.append('--learning_rate must be > 0.')
+  if ',' in f.env:
+    if f.frames_per_task < 1:
+      problems.append('A sequence --env needs --frames_per_task >= 1.')
+    elif f['total_environment_frames'].present and (
+        f.total_environment_frames != sequence_frames(f)):
+      problems.append(
+          f'--total_environment_frames ({f.total_environment_frames:,}) '
+          'differs from --frames_per_task x tasks x --num_task_cycles '
+          f'({sequence_frames(f):,}); leave it unset for a sequence.')
+    if f.num_task_cycles < 1:
+      problems.append('--num_task_cycles must be >= 1.')
+  elif f['frames_per_task'].present or f['num_task_cycles'].present:
+    problems.append('--frames_per_task / --num_task_cycles need a sequence '
+                    '--env (comma-separated tasks).')
+  if f.eval_interval_frames < 0 or f.eval_episodes < 1 or (
+      f.eval_max_steps < 1):
+    problems.append('--eval_interval_frames must be >= 0, --eval_episodes '
+                    'and --eval_max_steps >= 1.')
   if f['init_scope'].present and not f.init_from:
     problems.append('--init_scope needs --init_from.')
   if f.test_num_episodes < 1:
@@ -234,7 +277,7 @@ def config_from_flags(f) -> run_loop.RunConfig:
   learner_config = learner_lib.LearnerConfig(
       batch_size=f.batch_size, num_replay=num_replay,
       unroll_length=f.unroll_length,
-      total_environment_frames=f.total_environment_frames,
+      total_environment_frames=total_frames(f),
       discounting=f.discounting, reward_clipping=f.reward_clipping,
       reward_scaling=family_default(f, 'reward_scaling'),
       baseline_cost=f.baseline_cost,
@@ -262,7 +305,10 @@ def config_from_flags(f) -> run_loop.RunConfig:
       log_interval_s=f.log_interval_s,
       allow_empty_replay_on_resume=f.allow_empty_replay_on_resume,
       stop_on_nonfinite=f.stop_on_nonfinite, init_from=f.init_from,
-      init_scope=f.init_scope)
+      init_scope=f.init_scope, frames_per_task=f.frames_per_task,
+      num_task_cycles=f.num_task_cycles,
+      eval_interval_frames=f.eval_interval_frames,
+      eval_episodes=f.eval_episodes, eval_max_steps=f.eval_max_steps)
 
 
 class StopSignal:

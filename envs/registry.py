@@ -11,6 +11,10 @@ Families whose game runs in another process (sc2) also provide
 truncated) unless `max_env_failures=0`. `max_env_failures` is accepted by
 every family (it has no effect where the family declares no crash
 exceptions) and is not passed on to the family.
+
+A comma-separated name is a task sequence for continual learning
+(`gym:CartPole-v1,gym:Acrobot-v1`): `make` hands it to `envs.multitask`,
+which takes the extra option `task` (the index of the active task).
 """
 
 import functools
@@ -26,6 +30,9 @@ _FAMILIES = {
     'sc2': 'envs.sc2',
 }
 
+# Separates the names of a task sequence (continual learning).
+SEQUENCE_SEPARATOR = ','
+
 # Options every family accepts; the registry handles them itself.
 COMMON_OPTIONS = {
     # The N-th consecutive crash of one env raises `recovery.EnvCrashError`;
@@ -34,12 +41,31 @@ COMMON_OPTIONS = {
 }
 
 
+def parse_name(name: str):
+  """Splits '<family>:<game>' and imports the family's module.
+
+  Returns:
+    (family, game, module).
+
+  Raises:
+    ValueError: the name has no known family prefix or no game.
+  """
+  family, sep, game = name.partition(':')
+  if not sep or family not in _FAMILIES or not game:
+    raise ValueError(f'Unknown environment name {name!r}: expected '
+                     f'"<prefix>:<game>" with prefix one of '
+                     f'{sorted(_FAMILIES)}, e.g. "atari:Pong", '
+                     f'"gym:CartPole-v1", "sc2:MoveToBeacon".')
+  return family, game, importlib.import_module(_FAMILIES[family])
+
+
 def make(name: str, num_envs: int = 1, seed: int = 0,
          **options) -> batched.BatchedEnv:
   """Builds `num_envs` environments (seeds seed, seed + 1, ...), batched.
 
   Args:
-    name: '<family>:<game>', family one of 'atari', 'gym', 'sc2'.
+    name: '<family>:<game>', family one of 'atari', 'gym', 'sc2'; or a
+      comma-separated task sequence of such names (see `envs.multitask`).
     num_envs: batch size B.
     seed: seed of the first environment.
     **options: family options (see each family's `DEFAULT_OPTIONS`) and
@@ -51,15 +77,12 @@ def make(name: str, num_envs: int = 1, seed: int = 0,
   Raises:
     ValueError: unknown family, game or option keys.
   """
-  family, sep, game = name.partition(':')
-  if not sep or family not in _FAMILIES or not game:
-    raise ValueError(f'Unknown environment name {name!r}: expected '
-                     f'"<prefix>:<game>" with prefix one of '
-                     f'{sorted(_FAMILIES)}, e.g. "atari:Pong", '
-                     f'"gym:CartPole-v1", "sc2:MoveToBeacon".')
+  if SEQUENCE_SEPARATOR in name:
+    multitask = importlib.import_module('envs.multitask')
+    return multitask.make(name, num_envs, seed, **options)
+  family, game, module = parse_name(name)
   if int(num_envs) < 1:
     raise ValueError(f'num_envs must be >= 1, got {num_envs}.')
-  module = importlib.import_module(_FAMILIES[family])
   valid = set(module.DEFAULT_OPTIONS) | set(COMMON_OPTIONS)
   unknown = sorted(set(options) - valid)
   if unknown:

@@ -272,3 +272,44 @@ def test_non_finite_updates_are_skipped_or_stop_the_run(tmp_path):
     run_loop.train(stopping, max_updates=3)
   saved = saved_variables(tmp_path / 'stop')
   assert saved['num_skipped_steps/.ATTRIBUTES/VARIABLE_VALUE'] == 1
+
+
+def test_a_task_sequence_switches_tasks_evaluates_and_writes_metrics(
+    tmp_path):
+  # CartPole (4 observations, 2 actions) then Acrobot (6, 3): one agent
+  # over the union, 4 unrolls of 10 steps = 40 frames per update.
+  config = make_config(tmp_path, backend='inline', num_replay=0,
+                       batch_size=4, unroll_length=10, env_name='gym:CartPole-v1,gym:Acrobot-v1',
+                       frames_per_task=120, num_task_cycles=1,
+                       total_environment_frames=240, eval_episodes=2,
+                       eval_max_steps=20)
+  result = run_loop.train(config, max_updates=4)  # Stops inside task 2.
+  assert 120 <= result.num_env_frames < 240
+  with open(os.path.join(str(tmp_path), 'tasks.json')) as f:
+    assert json.load(f)['tasks'] == ['gym:CartPole-v1', 'gym:Acrobot-v1']
+  result = run_loop.train(config)  # Resumes in task 2 and finishes.
+  assert result.num_env_frames >= 240
+  # Training episodes are tagged by the task that produced them...
+  assert scalar_series(tmp_path, 'episode/gym:CartPole-v1/return')
+  # ...and every task was evaluated at the start, at the switch and at the
+  # end (the history survived the resume).
+  for task in ('gym:CartPole-v1', 'gym:Acrobot-v1'):
+    steps = [step for step, _ in scalar_series(tmp_path,
+                                               f'eval/{task}/return')]
+    assert steps[0] == 0 and len(steps) == 3, steps
+    assert steps[1] == 120 and steps[2] == 240
+  with open(os.path.join(str(tmp_path), 'continual_metrics.json')) as f:
+    metrics = json.load(f)
+  cartpole = metrics['per_task']['gym:CartPole-v1']
+  # The final eval is the last one; forgetting is best minus final.
+  final = scalar_series(tmp_path, 'eval/gym:CartPole-v1/return')[-1][1]
+  assert cartpole['final_return'] == pytest.approx(final)
+  assert cartpole['forgetting_from_best'] == pytest.approx(
+      cartpole['best_return'] - cartpole['final_return'])
+
+
+def test_a_task_sequence_must_cover_the_total_frames(tmp_path):
+  config = make_config(tmp_path, env_name='gym:CartPole-v1,gym:Acrobot-v1',
+                       frames_per_task=100, total_environment_frames=150)
+  with pytest.raises(ValueError, match='frames_per_task x tasks x cycles'):
+    run_loop._Run(config)

@@ -126,6 +126,10 @@ def test_unknown_game_gives_one_message_and_no_traceback(tmp_path):
     (['--discounting=1.5'], '--discounting'),
     (['--env=Pong'], '--env'),
     (['--init_scope=critic'], '--init_scope needs --init_from'),
+    (['--env=gym:CartPole-v1,gym:Acrobot-v1'], '--frames_per_task >= 1'),
+    (['--frames_per_task=100'], 'need a sequence --env'),
+    (['--env=gym:CartPole-v1,gym:Acrobot-v1', '--frames_per_task=100',
+      '--total_environment_frames=150'], 'leave it unset for a sequence'),
 ])
 def test_validate_rejects_impossible_combinations(args, message):
   with flagsaver.flagsaver():

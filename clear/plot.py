@@ -1,0 +1,354 @@
+r"""Renders return curves of one or more runs from their TensorBoard events.
+
+  python -m clear.plot --logdir=/tmp/clear/replay50 \
+      --logdir=/tmp/clear/replay0 --labels='replay 50%,replay 0%' \
+      --out=/tmp/clear/forgetting.png
+
+One figure (PNG, `--dpi` 100) with a panel per task, holding each run's
+evaluation curve of that task (`<tag_prefix><task>/return`, by default
+`eval/<task>/return` as `clear.continual.write_eval_summaries` writes),
+and a panel of the runs' training returns (`episode/<env>/return`,
+smoothed like TensorBoard). The x-axis is total env frames: the summaries'
+step. Where a run's logdir holds a `tasks.json` (see `clear.continual`:
+{"tasks": [...], "frames_per_task": N, "num_cycles": k}), the segments of
+the task sequence are drawn: in a task's panel its training segments are
+shaded, and every panel marks the boundaries (from the first run that has
+the file).
+
+Event files are read from the local logdir and its subfolders with
+TensorBoard's protos, without TensorFlow. A resumed run's points that a
+later restart went back over are dropped, as TensorBoard does.
+Needs matplotlib: `pip install "clear-rl[plot]"`.
+"""
+
+import glob
+import math
+import os
+import re
+import struct
+import sys
+from typing import Dict, List, NamedTuple, Optional, Sequence
+
+from absl import app
+from absl import flags
+import numpy as np
+from tensorboard.compat.proto import event_pb2
+from tensorboard.util import tensor_util
+
+from clear import continual
+
+INSTALL_HINT = ('clear.plot needs matplotlib: pip install "clear-rl[plot]" '
+                '(or pip install matplotlib).')
+
+
+class Series(NamedTuple):
+  """One scalar tag: int64 `[N]` steps (env frames) and float64 `[N]`
+  values, ordered by step."""
+  steps: np.ndarray
+  values: np.ndarray
+
+
+class Run(NamedTuple):
+  """What one logdir contributes to the figure.
+
+  Attributes:
+    label: the run's name in legends.
+    logdir: where it was read.
+    eval_curves: dict task -> `Series` of evaluation returns.
+    train_curves: dict env name -> `Series` of training episode returns.
+    schedule: the `continual.TaskSchedule` of its `tasks.json`, or None.
+  """
+  label: str
+  logdir: str
+  eval_curves: Dict[str, Series]
+  train_curves: Dict[str, Series]
+  schedule: Optional[continual.TaskSchedule]
+
+
+def _records(path: str):
+  """The records of a TFRecord file; stops at a truncated last record (a
+  file still being written)."""
+  with open(path, 'rb') as f:
+    while True:
+      header = f.read(12)  # uint64 length, uint32 masked CRC of it.
+      if len(header) < 12:
+        return
+      length, = struct.unpack('<Q', header[:8])
+      data = f.read(length)
+      if len(data) < length or len(f.read(4)) < 4:  # Then the data's CRC.
+        return
+      yield data
+
+
+def _scalar(value) -> Optional[float]:
+  """The number in a summary value (TF1 simple_value or TF2 tensor)."""
+  if value.HasField('simple_value'):
+    return float(value.simple_value)
+  if value.HasField('tensor'):
+    array = tensor_util.make_ndarray(value.tensor)
+    if array.size == 1 and array.dtype.kind in 'biuf':
+      return float(array.reshape(()))
+  return None
+
+
+def event_files(logdir: str) -> List[str]:
+  """The event files under `logdir` (recursively), sorted.
+
+  Raises:
+    ValueError: `logdir` does not exist.
+  """
+  if not os.path.isdir(logdir):
+    raise ValueError(f'--logdir {logdir!r} does not exist or is not a '
+                     f'folder.')
+  return sorted(glob.glob(os.path.join(logdir, '**', 'events.out.tfevents*'),
+                          recursive=True))
+
+
+def read_scalars(logdir: str) -> Dict[str, Series]:
+  """Every scalar tag in the event files under `logdir`.
+
+  Points are taken in wall-time order; a point whose step is below the
+  previous one (a run resumed from an earlier checkpoint) drops the
+  earlier points of the tag at that step or later.
+
+  Raises:
+    ValueError: `logdir` is missing or holds no event files.
+  """
+  files = event_files(logdir)
+  if not files:
+    raise ValueError(f'No TensorBoard event files (events.out.tfevents*) '
+                     f'under {logdir!r}.')
+  points = {}  # tag -> [(wall_time, step, value)]
+  for path in files:
+    for record in _records(path):
+      event = event_pb2.Event.FromString(record)
+      if not event.HasField('summary'):
+        continue
+      for value in event.summary.value:
+        number = _scalar(value)
+        if number is not None:
+          points.setdefault(value.tag, []).append(
+              (event.wall_time, event.step, number))
+  scalars = {}
+  for tag, tag_points in points.items():
+    tag_points.sort(key=lambda p: p[0])
+    kept = []
+    for _, step, number in tag_points:
+      if kept and step < kept[-1][0]:
+        kept = [p for p in kept if p[0] < step]
+      kept.append((step, number))
+    kept.sort(key=lambda p: p[0])
+    scalars[tag] = Series(np.array([p[0] for p in kept], np.int64),
+                          np.array([p[1] for p in kept], np.float64))
+  return scalars
+
+
+def curves(scalars: Dict[str, Series], prefix: str,
+           suffix: str = '/return') -> Dict[str, Series]:
+  """The tags `<prefix><name><suffix>`, keyed by name.
+
+  E.g. `curves(scalars, 'eval/')` maps 'atari:Pong' to the series of
+  'eval/atari:Pong/return'.
+  """
+  pattern = re.compile(re.escape(prefix) + '(.+)' + re.escape(suffix) + '$')
+  found = {}
+  for tag, series in scalars.items():
+    match = pattern.match(tag)
+    if match:
+      found[match.group(1)] = series
+  return found
+
+
+def load_run(logdir: str, label: Optional[str] = None,
+             tag_prefix: str = 'eval/',
+             train_tag_prefix: str = 'episode/') -> Run:
+  """Reads a run's curves and `tasks.json`.
+
+  Raises:
+    ValueError: a missing logdir, no event files or a bad `tasks.json`.
+  """
+  scalars = read_scalars(logdir)
+  if not label:
+    label = os.path.basename(os.path.normpath(logdir))
+  return Run(label, logdir, curves(scalars, tag_prefix),
+             curves(scalars, train_tag_prefix),
+             continual.read_tasks_json(logdir))
+
+
+def smooth(values, weight: float) -> np.ndarray:
+  """TensorBoard's smoothing: a debiased exponential moving average.
+
+  Args:
+    values: float `[N]`.
+    weight: in [0, 1); 0 returns the values unchanged.
+  """
+  if not 0 <= weight < 1:
+    raise ValueError(f'smoothing must be in [0, 1), got {weight}.')
+  values = np.asarray(values, np.float64)
+  out = np.empty_like(values)
+  average = 0.0
+  for i, value in enumerate(values):
+    average = average * weight + (1 - weight) * value
+    out[i] = average / (1 - weight ** (i + 1))
+  return out
+
+
+def _pyplot():
+  """matplotlib.pyplot with the Agg backend, or one ImportError that says
+  how to install it."""
+  try:
+    import matplotlib  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError(INSTALL_HINT) from e
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  return plt
+
+
+def _task_order(runs: Sequence[Run]) -> List[str]:
+  tasks = []
+  for run in runs:
+    if run.schedule is not None:
+      tasks.extend(run.schedule.unique_task_names)
+  for run in runs:
+    tasks.extend(sorted(run.eval_curves))
+  return continual.unique_names(
+      [t for t in tasks if any(t in run.eval_curves for run in runs)])
+
+
+def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
+              dpi: int = 100) -> str:
+  """Draws `runs` into the PNG `out` (see the module docstring).
+
+  Returns:
+    `out`.
+
+  Raises:
+    ValueError: no run has evaluation or training return curves.
+    ImportError: matplotlib is missing (the message says how to install).
+  """
+  tasks = _task_order(runs)
+  has_training = any(run.train_curves for run in runs)
+  if not tasks and not has_training:
+    raise ValueError(
+        f'No return curves in {[run.logdir for run in runs]}: expected '
+        f'scalars <tag_prefix><task>/return or episode/<env>/return.')
+  plt = _pyplot()
+  panels = tasks + (['training'] if has_training else [])
+  ncols = min(3, len(panels))
+  nrows = math.ceil(len(panels) / ncols)
+  fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.0 * nrows),
+                           squeeze=False, dpi=dpi)
+  axes = axes.ravel()
+  colors = plt.rcParams['axes.prop_cycle'].by_key()['color']
+  schedule = next((r.schedule for r in runs if r.schedule is not None), None)
+  segments = schedule.boundaries() if schedule is not None else []
+  shades = plt.get_cmap('Pastel1').colors
+
+  for ax, panel in zip(axes, panels):
+    for segment in segments:
+      name = schedule.task_names[segment.task]
+      if panel == 'training':
+        color = shades[schedule.unique_task_names.index(name) % len(shades)]
+        ax.axvspan(segment.start, segment.end, color=color, alpha=0.5, lw=0)
+        if len(segments) <= 12:  # Name the segments while they fit.
+          ax.text((segment.start + segment.end) / 2, 0.98,
+                  name.partition(':')[2] or name, ha='center', va='top',
+                  fontsize=6, transform=ax.get_xaxis_transform())
+      elif name == panel:
+        ax.axvspan(segment.start, segment.end, color='0.88', lw=0)
+      ax.axvline(segment.start, color='0.6', lw=0.6, ls=':')
+    if panel == 'training':
+      styles = ['-', '--', '-.', ':']
+      for i, run in enumerate(runs):
+        for j, (env, series) in enumerate(sorted(run.train_curves.items())):
+          color = colors[i % len(colors)]
+          label = run.label if len(run.train_curves) == 1 else (
+              f'{run.label}: {env}')
+          ax.plot(series.steps, series.values, color=color, alpha=0.2, lw=0.5)
+          ax.plot(series.steps, smooth(series.values, smoothing),
+                  color=color, ls=styles[j % len(styles)], lw=1.2,
+                  label=label)
+      ax.set_title('training episode return', fontsize=9)
+      if len(runs) > 1 or any(len(r.train_curves) > 1 for r in runs):
+        ax.legend(fontsize=7)
+    else:
+      for i, run in enumerate(runs):
+        series = run.eval_curves.get(panel)
+        if series is not None:
+          ax.plot(series.steps, series.values, color=colors[i % len(colors)],
+                  marker='o', ms=2.5, lw=1.2, label=run.label)
+      ax.set_title(panel, fontsize=9)
+      ax.set_ylabel('evaluation return', fontsize=8)
+    ax.set_xlabel('env frames', fontsize=8)
+    ax.tick_params(labelsize=7)
+  if tasks and len(runs) > 1:
+    axes[0].legend(fontsize=7)
+  for ax in axes[len(panels):]:
+    ax.set_visible(False)
+  fig.tight_layout()
+  directory = os.path.dirname(out)
+  if directory:
+    os.makedirs(directory, exist_ok=True)
+  fig.savefig(out, dpi=dpi, format='png')
+  plt.close(fig)
+  return out
+
+
+def render(logdirs: Sequence[str], out: str,
+           labels: Optional[Sequence[str]] = None, tag_prefix: str = 'eval/',
+           train_tag_prefix: str = 'episode/', smoothing: float = 0.6,
+           dpi: int = 100) -> str:
+  """Loads the runs in `logdirs` and draws them into `out`; returns `out`.
+
+  Raises:
+    ValueError: no logdir, a label count that does not match, a missing
+      logdir, no event files or no curves.
+    ImportError: matplotlib is missing.
+  """
+  if not logdirs:
+    raise ValueError('Give at least one --logdir.')
+  if labels and len(labels) != len(logdirs):
+    raise ValueError(f'--labels has {len(labels)} names for {len(logdirs)} '
+                     f'logdirs.')
+  runs = [load_run(logdir, labels[i] if labels else None, tag_prefix,
+                   train_tag_prefix) for i, logdir in enumerate(logdirs)]
+  return plot_runs(runs, out, smoothing=smoothing, dpi=dpi)
+
+
+def _define_flags():
+  """The binary's flags (defined only when run as a program, so importing
+  this module never clashes with another binary's --logdir)."""
+  flags.DEFINE_multi_string('logdir', None,
+                            'A run\'s logdir; repeat to compare runs.')
+  flags.DEFINE_list('labels', None,
+                    'Comma-separated run names, one per --logdir (default: '
+                    'the logdirs\' folder names).')
+  flags.DEFINE_string('out', 'returns.png', 'The PNG file to write.')
+  flags.DEFINE_string('tag_prefix', 'eval/',
+                      'Per-task curves are the scalars '
+                      '<tag_prefix><task>/return.')
+  flags.DEFINE_string('train_tag_prefix', 'episode/',
+                      'Training curves are the scalars '
+                      '<train_tag_prefix><env>/return.')
+  flags.DEFINE_float('smoothing', 0.6,
+                     'TensorBoard-style smoothing of training curves, [0, 1).')
+  flags.DEFINE_integer('dpi', 100, 'Resolution of the PNG.')
+  flags.mark_flag_as_required('logdir')
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}.')
+  f = flags.FLAGS
+  try:
+    path = render(f.logdir, f.out, f.labels, f.tag_prefix, f.train_tag_prefix,
+                  f.smoothing, f.dpi)
+  except (ValueError, ImportError) as e:
+    sys.exit(f'clear.plot: {e}')
+  print(f'Wrote {path}')
+
+
+if __name__ == '__main__':
+  _define_flags()
+  app.run(main)

@@ -1,0 +1,142 @@
+"""Tests for clear.plot: reading real event files and rendering PNGs."""
+
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from clear import continual
+from clear import plot
+
+TASKS = ['gym:CartPole-v1', 'gym:Acrobot-v1']
+SEQUENCE = ','.join(TASKS)
+PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _write_run(logdir, offset, with_schedule):
+  """Evaluations every 50 frames over 2 tasks of 100 frames, and training
+  returns twice per evaluation; values shifted by `offset`."""
+  expected = {task: ([], []) for task in TASKS}
+  writer = tf.summary.create_file_writer(logdir)
+  with writer.as_default():
+    for i, frames in enumerate(range(0, 250, 50)):
+      results = {TASKS[0]: 10.0 * i + offset, TASKS[1]: -100.0 + i + offset}
+      continual.write_eval_summaries(results, frames)
+      for task, value in results.items():
+        expected[task][0].append(frames)
+        expected[task][1].append(value)
+      for step in (frames, frames + 25):
+        tf.summary.scalar(f'episode/{SEQUENCE}/return', step / 10 + offset,
+                          step=step)
+  writer.close()
+  if with_schedule:
+    continual.write_tasks_json(logdir, continual.TaskSchedule(TASKS, 100))
+  return expected
+
+
+@pytest.fixture(scope='module')
+def runs(tmp_path_factory):
+  root = tmp_path_factory.mktemp('runs')
+  logdirs = [str(root / 'replay50'), str(root / 'replay0')]
+  expected = [_write_run(logdirs[0], 0.0, True),
+              _write_run(logdirs[1], 0.5, False)]
+  return logdirs, expected
+
+
+def _png_size(path):
+  with open(path, 'rb') as f:
+    data = f.read(24)
+  assert data[:8] == PNG_SIGNATURE
+  return struct.unpack('>II', data[16:24])  # IHDR width, height.
+
+
+def test_extraction_returns_the_written_values(runs):
+  logdirs, expected = runs
+  scalars = plot.read_scalars(logdirs[0])
+  curves = plot.curves(scalars, 'eval/')
+  assert sorted(curves) == sorted(TASKS)
+  for task in TASKS:
+    np.testing.assert_array_equal(curves[task].steps, expected[0][task][0])
+    np.testing.assert_array_equal(curves[task].values, expected[0][task][1])
+  assert scalars['eval/mean_return'].values[1] == pytest.approx(
+      (10.0 - 99.0) / 2)
+  training = plot.curves(scalars, 'episode/')
+  assert list(training) == [SEQUENCE]
+  np.testing.assert_array_equal(training[SEQUENCE].steps,
+                                np.arange(0, 250, 25))
+  np.testing.assert_allclose(training[SEQUENCE].values,
+                             np.arange(0, 250, 25) / 10)
+
+  run = plot.load_run(logdirs[0])
+  assert run.label == 'replay50'
+  assert run.schedule == continual.TaskSchedule(TASKS, 100)
+  assert plot.load_run(logdirs[1], 'b').schedule is None
+
+
+def test_render_two_runs(runs, tmp_path):
+  logdirs, _ = runs
+  out = str(tmp_path / 'figs' / 'compare.png')
+  assert plot.render(logdirs, out, labels=['replay 50%', 'replay 0%']) == out
+  # Two task panels and the training panel: 3 columns of 4.2 x 3.0 inches.
+  assert _png_size(out) == (420 * 3, 300)
+  with pytest.raises(ValueError, match='2 names for 1 logdirs'):
+    plot.render(logdirs[:1], out, labels=['a', 'b'])
+
+
+def test_missing_logdir_and_empty_logdir(tmp_path):
+  missing = str(tmp_path / 'nope')
+  with pytest.raises(ValueError, match=r"--logdir '.*nope' does not exist"):
+    plot.render([missing], str(tmp_path / 'x.png'))
+  with pytest.raises(ValueError, match='No TensorBoard event files'):
+    plot.render([str(tmp_path)], str(tmp_path / 'x.png'))
+
+
+def test_missing_matplotlib_says_how_to_install(runs, tmp_path, monkeypatch):
+  monkeypatch.setitem(sys.modules, 'matplotlib', None)
+  with pytest.raises(ImportError, match=r'pip install "clear-rl\[plot\]"'):
+    plot.render(runs[0][:1], str(tmp_path / 'x.png'))
+
+
+def test_resumed_run_drops_overwritten_points(tmp_path):
+  logdir = str(tmp_path)
+  for values in ({0: 1.0, 10: 2.0, 20: 3.0, 30: 4.0}, {20: -3.0, 30: -4.0}):
+    writer = tf.summary.create_file_writer(logdir, filename_suffix=str(
+        len(values)))
+    with writer.as_default():
+      for step, value in values.items():
+        tf.summary.scalar('eval/A/return', value, step=step)
+    writer.close()
+  series = plot.curves(plot.read_scalars(logdir), 'eval/')['A']
+  np.testing.assert_array_equal(series.steps, [0, 10, 20, 30])
+  np.testing.assert_array_equal(series.values, [1.0, 2.0, -3.0, -4.0])
+
+
+def test_smooth():
+  np.testing.assert_array_equal(plot.smooth([1.0, 5.0], 0.0), [1.0, 5.0])
+  np.testing.assert_allclose(plot.smooth([2.0, 2.0, 2.0], 0.9), 2.0)
+  np.testing.assert_allclose(plot.smooth([1.0, 0.0], 0.5), [1.0, 1 / 3])
+  with pytest.raises(ValueError, match='smoothing'):
+    plot.smooth([1.0], 1.0)
+
+
+def test_command_line(runs, tmp_path):
+  logdirs, _ = runs
+  out = str(tmp_path / 'cli.png')
+  command = [sys.executable, '-m', 'clear.plot', f'--logdir={logdirs[0]}',
+             f'--logdir={logdirs[1]}', '--labels=a,b', f'--out={out}']
+  result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+  assert result.returncode == 0, result.stderr
+  assert _png_size(out)[0] > 0
+  missing = str(tmp_path / 'missing')
+  result = subprocess.run(command[:3] + [f'--logdir={missing}',
+                                         f'--out={out}'],
+                          cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+  assert result.returncode == 1
+  assert f"--logdir '{missing}' does not exist" in result.stderr
