@@ -29,6 +29,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from clear import actor as actor_lib
+from clear import algorithms
 from clear import policy as policy_lib
 from clear import snapshot
 
@@ -42,7 +43,7 @@ class ActorPoolConfig(NamedTuple):
     env_name: `envs.make` name.
     env_options: dict of `envs.make` options.
     envs_per_actor: environments each actor steps in one batch.
-    algorithm: `policy.POLICIES` key.
+    algorithm: `algorithms.ALGORITHMS` key.
     agent_config: `policy.AgentConfig`.
     unroll_length: T.
     num_actors: actor count.
@@ -84,7 +85,7 @@ class ActorWorker:
     seed = actor_seed(config, actor_id, generation)
     env = envs.make(config.env_name, num_envs=config.envs_per_actor,
                     seed=seed, **config.env_options)
-    policy = policy_lib.make_policy(config.algorithm, env.spec,
+    policy = algorithms.make_policy(config.algorithm, env.spec,
                                     config.agent_config, seed=seed)
     self.actor = actor_lib.Actor(env, policy, config.unroll_length, actor_id)
 

@@ -253,7 +253,7 @@ class Evaluator:
     env_name: the sequence name (or a single task's name).
     env_options: options for `envs.make` (as for training).
     policy: an acting `clear.policy.Policy` for the sequence's spec (e.g.
-      `policy.make_policy(algorithm, spec, agent_config, seed=...)`), used
+      `algorithms.make_policy(algorithm, spec, agent_config, seed=...)`), used
       only by the evaluator.
     num_episodes: episodes (and envs) per task.
     seed: seed of the first env of each task (envs seed, seed + 1, ...).

@@ -6,8 +6,7 @@ the learner side `learn` (and `learn_critic` where the algorithm pretrains a
 critic). All inputs and outputs are numpy nests in the `clear.types`
 structures, batched `[B, ...]` for acting and `[T + 1, B, ...]` for learning.
 
-`make_policy(algorithm, ...)` builds a policy by name; algorithms register
-themselves in `POLICIES`.
+`clear.algorithms.make_policy(algorithm, ...)` builds a policy by name.
 """
 
 import abc
@@ -274,15 +273,3 @@ class ImpalaPolicy(Policy):
             'num_env_frames': learner.num_env_frames,
             'num_steps': learner.num_steps,
             'num_skipped_steps': learner.num_skipped_steps}
-
-
-POLICIES = {'impala': ImpalaPolicy}
-
-
-def make_policy(algorithm: str, spec, agent_config, learner_config=None,
-                seed=0) -> Policy:
-  """Builds the named algorithm's policy (acting-only without a config)."""
-  if algorithm not in POLICIES:
-    raise ValueError(f'Unknown algorithm {algorithm!r}; available: '
-                     f'{sorted(POLICIES)}.')
-  return POLICIES[algorithm](spec, agent_config, learner_config, seed=seed)

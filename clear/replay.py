@@ -1,4 +1,5 @@
-"""The CLEAR replay buffer: whole unrolls, reservoir or FIFO, uniform sampling.
+"""The CLEAR replay buffer: whole unrolls, reservoir or FIFO, uniform or
+prioritized sampling.
 
 An item is one `types.Unroll` for a single trajectory (`[T + 1, ...]`
 leaves, no batch dim), behaviour logits and baselines included. Storage is
@@ -10,9 +11,19 @@ Reservoir insertion keeps every unroll ever offered with equal probability
 capacity / num_seen (CLEAR, Rolnick et al. 2019); FIFO overwrites the oldest.
 Sampling is uniform with replacement over the stored unrolls.
 
-The state (contents, counters, sampler RNG) saves to `.npy` files plus a
-JSON description, read back with `allow_pickle=False`, so nothing on disk can
-execute code.
+Off-policy learners that train on pieces of unrolls address them as
+(item, slot) pairs: an item has `slots_per_item` slots (e.g. the start
+positions of the windows cut from it), drawn with `sample_slots` and read
+with `get_windows`. A prioritized buffer (Schaul et al. 2016) draws a slot
+with probability p^alpha / sum p^alpha, where p is the slot's priority (new
+items get the largest priority seen so far, every slot of them), and returns
+the importance weights (N P)^-beta / max (N P)^-beta that undo the bias;
+`update_priorities` sets p from the learner's TD errors. The sampler is a
+sum tree, so draws and updates cost O(log N) each.
+
+The state (contents, counters, sampler RNG, priorities) saves to `.npy` files
+plus a JSON description, read back with `allow_pickle=False`, so nothing on
+disk can execute code.
 """
 
 import json
@@ -25,6 +36,62 @@ import tree
 SAMPLING_MODES = ('reservoir', 'fifo')
 STORAGE_MODES = ('memory', 'memmap')
 _STATE_FILE = 'replay.json'
+
+
+class SlotSample(NamedTuple):
+  """Slots drawn by `ReplayBuffer.sample_slots`, n of each.
+
+  Attributes:
+    indices: int64 `[n]`, the items (buffer positions).
+    slots: int64 `[n]`, the slot within each item.
+    probabilities: float64 `[n]`, the chance each draw had.
+    weights: float32 `[n]`, importance weights, at most 1 (all 1 when
+      uniform or beta = 0).
+  """
+  indices: np.ndarray
+  slots: np.ndarray
+  probabilities: np.ndarray
+  weights: np.ndarray
+
+
+class _SumTree:
+  """Sums over a fixed array of non-negative leaves, with vectorised updates.
+
+  Leaf i lives at node `size + i` of a complete binary tree of `2 * size`
+  nodes (size a power of two); node k holds the sum of nodes 2k and 2k + 1,
+  node 1 the total.
+  """
+
+  def __init__(self, num_leaves: int):
+    self.size = 1
+    while self.size < num_leaves:
+      self.size *= 2
+    self.nodes = np.zeros([2 * self.size], np.float64)
+
+  @property
+  def total(self) -> float:
+    return float(self.nodes[1])
+
+  def leaves(self, count: int) -> np.ndarray:
+    return self.nodes[self.size:self.size + count]
+
+  def set(self, leaves: np.ndarray, values: np.ndarray):
+    nodes = np.asarray(leaves, np.int64) + self.size
+    self.nodes[nodes] = values
+    while nodes.size and nodes[0] > 1:
+      nodes = np.unique(nodes // 2)
+      self.nodes[nodes] = self.nodes[2 * nodes] + self.nodes[2 * nodes + 1]
+
+  def find(self, mass: np.ndarray) -> np.ndarray:
+    """The leaf where each cumulative `mass` (in [0, total)) falls."""
+    mass = np.array(mass, np.float64)
+    nodes = np.ones(mass.shape, np.int64)
+    for _ in range(self.size.bit_length() - 1):
+      left = self.nodes[2 * nodes]
+      right = mass >= left
+      mass -= left * right
+      nodes = 2 * nodes + right
+    return nodes - self.size
 
 
 class ReplayStats(NamedTuple):
@@ -46,11 +113,19 @@ class ReplayBuffer:
     seed: seed of the buffer's own RNG (insertion and sampling).
     storage: 'memory' or 'memmap' (arrays in `.npy` files under `directory`).
     directory: folder of the memory-mapped arrays (memmap storage only).
+    prioritized: `sample_slots` draws slots by priority instead of
+      uniformly (`sample` and `sample_indices` stay uniform over items).
+    priority_exponent: alpha, how much priorities count (0 = uniform).
+    slots_per_item: the slots of an item that `sample_slots` draws from.
+    min_priority: floor added to every priority, so no slot becomes
+      impossible to draw.
   """
 
   def __init__(self, capacity: int, sampling: str = 'reservoir',
                seed: int = 0, storage: str = 'memory',
-               directory: Optional[str] = None):
+               directory: Optional[str] = None, prioritized: bool = False,
+               priority_exponent: float = 0.6, slots_per_item: int = 1,
+               min_priority: float = 1e-6):
     if capacity < 1:
       raise ValueError(f'ReplayBuffer: capacity must be >= 1, got {capacity}.')
     if sampling not in SAMPLING_MODES:
@@ -61,6 +136,15 @@ class ReplayBuffer:
                        f'{STORAGE_MODES}, got {storage!r}.')
     if storage == 'memmap' and not directory:
       raise ValueError('ReplayBuffer: memmap storage needs a directory.')
+    if slots_per_item < 1:
+      raise ValueError('ReplayBuffer: slots_per_item must be >= 1, got '
+                       f'{slots_per_item}.')
+    if priority_exponent < 0:
+      raise ValueError('ReplayBuffer: priority_exponent must be >= 0, got '
+                       f'{priority_exponent}.')
+    if min_priority <= 0:
+      raise ValueError('ReplayBuffer: min_priority must be > 0, got '
+                       f'{min_priority}.')
     self.capacity = capacity
     self.sampling = sampling
     self.storage = storage
@@ -71,6 +155,16 @@ class ReplayBuffer:
     self._size = 0
     self._num_seen = 0
     self._num_stored = 0
+    self.prioritized = prioritized
+    self.priority_exponent = priority_exponent
+    self.slots_per_item = slots_per_item
+    self.min_priority = min_priority
+    self._max_priority = 1.0
+    self._priorities = None  # [capacity, slots_per_item] float64, raw p.
+    self._tree = None  # p^alpha of every slot.
+    if prioritized:
+      self._priorities = np.zeros([capacity, slots_per_item], np.float64)
+      self._tree = _SumTree(capacity * slots_per_item)
 
   # --- Properties ------------------------------------------------------------
 
@@ -86,6 +180,18 @@ class ReplayBuffer:
   def nbytes(self) -> int:
     """Bytes of the preallocated storage (0 before the first insert)."""
     return sum(leaf.nbytes for leaf in self._leaves or ())
+
+  @property
+  def max_priority(self) -> float:
+    """The priority new items get: the largest set so far (at least 1)."""
+    return self._max_priority
+
+  @property
+  def priorities(self) -> np.ndarray:
+    """A copy of the stored items' priorities, `[len(self), slots]`."""
+    if not self.prioritized:
+      raise ValueError('ReplayBuffer.priorities: the buffer is uniform.')
+    return self._priorities[:self._size].copy()
 
   def stats(self) -> ReplayStats:
     return ReplayStats(self._size, self.capacity, self._num_seen,
@@ -134,6 +240,10 @@ class ReplayBuffer:
         raise ValueError(f'ReplayBuffer.insert: leaf shape {x.shape} differs '
                          f'from the stored {store.shape[1:]}.')
       store[slot] = x
+    if self.prioritized:
+      self._set_priorities(np.full([self.slots_per_item], slot),
+                           np.arange(self.slots_per_item),
+                           np.full([self.slots_per_item], self._max_priority))
     self._size = min(self._size + 1, self.capacity)
     self._num_stored += 1
     return slot
@@ -154,6 +264,108 @@ class ReplayBuffer:
     return tree.unflatten_as(self._structure,
                              [leaf[indices] for leaf in self._leaves])
 
+  def get(self, indices):
+    """The items at `indices` (int `[n]`), batch-major `[n, ...]`."""
+    indices = np.asarray(indices)
+    return tree.unflatten_as(self._structure,
+                             [leaf[indices] for leaf in self._leaves])
+
+  def get_windows(self, indices, starts, length: int):
+    """Windows of `length` steps cut from stored unrolls.
+
+    The items must be `types.Unroll`s: their `env_outputs` and
+    `agent_outputs` leaves are cut to steps `[start, start + length)`, their
+    `agent_state` (no time axis) is returned whole.
+
+    Args:
+      indices: int `[n]`, the items.
+      starts: int `[n]`, first step of each window.
+      length: steps per window; `start + length` must not pass the end.
+
+    Returns:
+      A batch-major `Unroll` of `[n, length, ...]` leaves (`[n, ...]` state).
+    """
+    indices = np.asarray(indices, np.int64)
+    starts = np.asarray(starts, np.int64)
+    if self._size == 0:
+      raise ValueError('ReplayBuffer.get_windows: the buffer is empty.')
+    timed = tree.flatten(self._structure._replace(
+        agent_state=tree.map_structure(lambda _: False,
+                                       self._structure.agent_state),
+        env_outputs=tree.map_structure(lambda _: True,
+                                       self._structure.env_outputs),
+        agent_outputs=tree.map_structure(lambda _: True,
+                                         self._structure.agent_outputs)))
+    steps = starts[:, None] + np.arange(length)[None]
+    leaves = []
+    for leaf, has_time in zip(self._leaves, timed):
+      if not has_time:
+        leaves.append(leaf[indices])
+        continue
+      if np.any(steps[:, -1] >= leaf.shape[1]) or np.any(starts < 0):
+        raise ValueError(
+            f'ReplayBuffer.get_windows: windows of {length} steps starting '
+            f'at {starts.min()}..{starts.max()} leave unrolls of '
+            f'{leaf.shape[1]} steps.')
+      leaves.append(leaf[indices[:, None], steps])
+    return tree.unflatten_as(self._structure, leaves)
+
+  # --- Slots and priorities --------------------------------------------------
+
+  def sample_slots(self, n: int, importance_exponent: float = 0.0
+                   ) -> SlotSample:
+    """Draws `n` (item, slot) pairs with replacement.
+
+    Uniform over all slots of the stored items, or proportional to
+    priority^alpha when the buffer is prioritized.
+
+    Args:
+      n: number of draws.
+      importance_exponent: beta of the importance weights (N P)^-beta,
+        normalised by their largest possible value (prioritized only).
+    """
+    if self._size == 0:
+      raise ValueError('ReplayBuffer.sample_slots: the buffer is empty.')
+    num_slots = self._size * self.slots_per_item
+    if not self.prioritized:
+      flat = self._rng.randint(num_slots, size=n)
+      probabilities = np.full([n], 1.0 / num_slots)
+      weights = np.ones([n], np.float32)
+    else:
+      total = self._tree.total
+      flat = self._tree.find(self._rng.uniform(size=n) * total)
+      flat = np.minimum(flat, num_slots - 1)  # Round-off at the top end.
+      probabilities = self._tree.nodes[flat + self._tree.size] / total
+      smallest = self._tree.leaves(num_slots).min() / total
+      weights = ((num_slots * probabilities) /
+                 (num_slots * smallest))**-importance_exponent
+      weights = weights.astype(np.float32)
+    indices, slots = np.divmod(flat.astype(np.int64), self.slots_per_item)
+    return SlotSample(indices, slots, probabilities, weights)
+
+  def update_priorities(self, indices, slots, priorities):
+    """Sets the priorities (e.g. |TD error|) of the given (item, slot) pairs.
+
+    Raises:
+      ValueError: the buffer is uniform, or a priority is negative or not
+        finite.
+    """
+    if not self.prioritized:
+      raise ValueError('ReplayBuffer.update_priorities: the buffer is '
+                       'uniform (prioritized=False).')
+    priorities = np.asarray(priorities, np.float64)
+    if not np.all(np.isfinite(priorities)) or np.any(priorities < 0):
+      raise ValueError('ReplayBuffer.update_priorities: priorities must be '
+                       f'finite and >= 0, got {priorities}.')
+    self._set_priorities(np.asarray(indices), np.asarray(slots), priorities)
+    if priorities.size:
+      self._max_priority = max(self._max_priority, float(priorities.max()))
+
+  def _set_priorities(self, indices, slots, priorities):
+    self._priorities[indices, slots] = priorities
+    self._tree.set(indices * self.slots_per_item + slots,
+                   (priorities + self.min_priority)**self.priority_exponent)
+
   # --- State -------------------------------------------------------------------
 
   def save(self, directory: str):
@@ -173,7 +385,13 @@ class ReplayBuffer:
                 float(rng_state[4])],
         'num_leaves': len(self._leaves or ()),
         'paths': [[str(p) for p in path] for path, _ in paths],
+        'prioritized': self.prioritized,
+        'slots_per_item': self.slots_per_item,
+        'max_priority': self._max_priority,
     }
+    if self.prioritized:
+      np.save(os.path.join(directory, 'priorities.npy'),
+              self._priorities[:self._size])
     tmp = os.path.join(directory, _STATE_FILE + '.tmp')
     with open(tmp, 'w') as f:
       json.dump(meta, f)
@@ -211,6 +429,33 @@ class ReplayBuffer:
     self._size = size
     self._num_seen = meta['num_seen']
     self._num_stored = meta['num_stored']
+    if self.prioritized:
+      self._restore_priorities(directory, meta)
+
+  def _restore_priorities(self, directory, meta):
+    """Priorities from a prioritized save; a uniform save gives all 1."""
+    self._priorities[:] = 0.0
+    self._tree = _SumTree(self.capacity * self.slots_per_item)
+    size = self._size
+    self._max_priority = 1.0
+    saved = np.ones([size, self.slots_per_item])
+    if meta.get('prioritized', False):
+      if meta['slots_per_item'] != self.slots_per_item:
+        raise ValueError(
+            f'ReplayBuffer.restore: saved priorities have '
+            f'{meta["slots_per_item"]} slots per item, this buffer '
+            f'{self.slots_per_item}.')
+      saved = np.load(os.path.join(directory, 'priorities.npy'),
+                      allow_pickle=False)
+      if saved.shape != (size, self.slots_per_item):
+        raise ValueError('ReplayBuffer.restore: saved priorities have shape '
+                         f'{saved.shape}, expected '
+                         f'{(size, self.slots_per_item)}.')
+      self._max_priority = float(meta['max_priority'])
+    if size:
+      items = np.repeat(np.arange(size), self.slots_per_item)
+      slots = np.tile(np.arange(self.slots_per_item), size)
+      self._set_priorities(items, slots, saved.reshape(-1).astype(np.float64))
 
 
 def swap_time_and_batch(batch):

@@ -31,6 +31,7 @@ import tree
 
 from clear import actor as actor_lib
 from clear import actor_pool as pool_lib
+from clear import algorithms
 from clear import checkpoint as checkpoint_lib
 from clear import continual
 from clear import learner as learner_lib
@@ -49,7 +50,7 @@ class RunConfig(NamedTuple):
 
   Attributes:
     env_name, env_options: what `envs.make` builds.
-    algorithm: a `policy.POLICIES` key.
+    algorithm: a `algorithms.ALGORITHMS` key.
     agent_config: `policy.AgentConfig`.
     learner_config: `learner.LearnerConfig` (its num_replay is the replayed
       share of each batch).
@@ -204,7 +205,7 @@ class _Run:
     self.num_fresh = lc.batch_size - lc.num_replay
     spec = env_spec(config)
     checkpoint_lib.check_run_identity(config.logdir, run_identity(config))
-    self.policy = policy_lib.make_policy(config.algorithm, spec,
+    self.policy = algorithms.make_policy(config.algorithm, spec,
                                          config.agent_config, lc,
                                          seed=config.seed)
     self.phase = tf.Variable(PREFILL, dtype=tf.int64, trainable=False,
@@ -522,7 +523,7 @@ class _Evaluation:
   def __init__(self, run: _Run):
     config = run.config
     self._run = run
-    policy = policy_lib.make_policy(config.algorithm, run.policy.spec,
+    policy = algorithms.make_policy(config.algorithm, run.policy.spec,
                                     config.agent_config,
                                     seed=config.seed + 1)
     self._evaluator = continual.Evaluator(
@@ -690,7 +691,7 @@ def evaluate(config: RunConfig, num_episodes: int) -> dict:
   if num_episodes < 1:
     raise ValueError(f'test_num_episodes must be >= 1, got {num_episodes}.')
   spec = env_spec(config)
-  policy = policy_lib.make_policy(config.algorithm, spec, config.agent_config,
+  policy = algorithms.make_policy(config.algorithm, spec, config.agent_config,
                                   seed=config.seed)
   path = checkpoint_lib.restore_part(
       os.path.join(config.logdir, 'checkpoints'),

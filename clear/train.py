@@ -12,6 +12,7 @@ exits with status 0 (130 / 143 when interrupted before the end).
 import json
 import logging as py_logging
 import os
+import re
 import signal
 import sys
 from typing import NamedTuple
@@ -22,6 +23,7 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 from absl import logging
 
+from clear import algorithms
 from clear import learner as learner_lib
 from clear import policy as policy_lib
 from clear import replay as replay_lib
@@ -34,8 +36,15 @@ flags.DEFINE_string('env', 'gym:CartPole-v1',
                     'Environment: atari:<Game>, sc2:<Map>, gym:<id>, or a '
                     'comma-separated sequence of one family trained one '
                     'after another (see --frames_per_task).')
-flags.DEFINE_enum('algorithm', 'impala', sorted(policy_lib.POLICIES),
-                  'Algorithm.')
+flags.DEFINE_enum('algorithm', 'impala', sorted(algorithms.ALGORITHMS),
+                  '; '.join(f'{name}: {entry.description}' for name, entry
+                            in sorted(algorithms.ALGORITHMS.items())) +
+                  '. The flags below apply to impala unless their group '
+                  'says otherwise; batch_size, unroll_length, '
+                  'learning_rate, discounting, reward_scaling, '
+                  'reward_clipping, clip_grad_norm, entropy_cost and '
+                  'jit_compile apply to every algorithm that has them, and '
+                  'when left unset the others use their own defaults.')
 flags.DEFINE_enum('mode', 'train', ['train', 'test'],
                   'train, or test the latest checkpoint.')
 flags.DEFINE_string('logdir', '/tmp/clear/cartpole',
@@ -55,7 +64,8 @@ flags.DEFINE_string('ray_address', '',
 flags.DEFINE_integer('num_actors', 1, 'Actor processes.')
 flags.DEFINE_integer('envs_per_actor', None,
                      'Environments each actor steps as one batch (default: 64 '
-                     'for gym, 32 for Atari, 1 for SC2).')
+                     'for gym, 32 for Atari, 1 for SC2 with impala; the '
+                     'batch size with ppg, sac and ddpg).')
 flags.DEFINE_integer('unroll_length', 20, 'Agent steps per unroll.')
 
 # --- Network --------------------------------------------------------------------
@@ -152,6 +162,85 @@ flags.DEFINE_integer('checkpoint_interval_s', 600, 'Seconds between checkpoints.
 flags.DEFINE_integer('log_interval_s', 10, 'Seconds between progress lines.')
 flags.DEFINE_integer('test_num_episodes', 10, 'Episodes played by --mode=test.')
 
+# --- PPG, SAC and DDPG -------------------------------------------------------------
+# One flag per field of their configs that the flags above do not cover,
+# defined from the configs themselves so the two never drift apart. Unset
+# (None) means the algorithm's own default.
+
+# Config fields that the shared flags above set (or the run derives).
+SHARED_FIELDS = ('batch_size', 'num_replay', 'unroll_length',
+                 'total_environment_frames', 'fixed_step_mul', 'step_mul',
+                 'discounting', 'reward_scaling', 'reward_clipping',
+                 'learning_rate', 'clip_grad_norm', 'entropy_cost',
+                 'jit_compile')
+# Flags that only IMPALA-CLEAR reads.
+IMPALA_ONLY_FLAGS = ('replay_proportion', 'replay_buffer_size',
+                     'replay_sampling', 'replay_storage',
+                     'replay_prefill_unrolls', 'policy_cloning_cost',
+                     'value_cloning_cost', 'baseline_cost', 'clip_advantage',
+                     'optimizer', 'num_critic_pretrain_frames',
+                     'separate_critic')
+
+
+def _field_help(entry, field: str) -> str:
+  """The field's description from its module's or its class's docstring,
+  where fields are listed as `name [default]: text` or `a, b: text`."""
+  module = sys.modules[entry.config.__module__]
+  lines = ((module.__doc__ or '') + '\n' +
+           (entry.config.__doc__ or '')).splitlines()
+  header = re.compile(r'^(\s+)([\w ,]+(?:\[[^\]]*\][\w ,]*)*):\s*(.*)$')
+  for i, line in enumerate(lines):
+    match = header.match(line)
+    if not match:
+      continue
+    names = [n.strip() for n in re.sub(r'\[[^\]]*\]', '',
+                                       match.group(2)).split(',')]
+    if field not in names:
+      continue
+    indent, text = len(match.group(1)), [match.group(3)]
+    for follow in lines[i + 1:]:  # Continuation lines are indented more.
+      if not follow.strip() or len(follow) - len(follow.lstrip()) <= indent:
+        break
+      text.append(follow.strip())
+    return ' '.join(t for t in text if t)
+  return ''
+
+
+def _define_algorithm_flags():
+  """Defines `--<field>` for every port-specific config field.
+
+  Returns:
+    {field: [algorithm names that have it]}.
+  """
+  owners = {}
+  for name, entry in sorted(algorithms.ALGORITHMS.items()):
+    if name == 'impala':
+      continue
+    for field, default in entry.config._field_defaults.items():
+      if field not in SHARED_FIELDS:
+        owners.setdefault(field, []).append((name, entry, default))
+  for field, entries in sorted(owners.items()):
+    defaults = [d for _, _, d in entries if d is not None]
+    described = next((h for h in (_field_help(e, field) for _, e, _ in entries)
+                      if h), '')
+    help_text = (f'{described} ' if described else '') + '(' + ', '.join(
+        f'{name}: {default!r}' for name, _, default in entries) + ')'
+    if defaults and all(isinstance(d, bool) for d in defaults):
+      flags.DEFINE_bool(field, None, help_text)
+    elif defaults and all(isinstance(d, int) and not isinstance(d, bool)
+                          for d in defaults):
+      flags.DEFINE_integer(field, None, help_text)
+    elif defaults and all(isinstance(d, str) for d in defaults):
+      flags.DEFINE_string(field, None, help_text)
+    else:  # Floats, and optional numbers whose default is None.
+      flags.DEFINE_float(field, None, help_text)
+  return {field: [name for name, _, _ in entries]
+          for field, entries in owners.items()}
+
+
+ALGORITHM_FLAGS = _define_algorithm_flags()
+
+
 class FamilyDefaults(NamedTuple):
   """Flag defaults that depend on the env family."""
   step_mul: int
@@ -195,13 +284,11 @@ def total_frames(f) -> int:
   return sequence_frames(f) if ',' in f.env else f.total_environment_frames
 
 
-def validate(f) -> None:
-  """Checks flag combinations; raises app.UsageError naming the flags."""
-  problems = []
-  if f.unroll_length < 1:
-    problems.append(f'--unroll_length must be >= 1 (got {f.unroll_length}).')
-  if f.batch_size < 1:
-    problems.append(f'--batch_size must be >= 1 (got {f.batch_size}).')
+def _impala_problems(f):
+  """What is wrong with the IMPALA-CLEAR flags."""
+  problems = [f'--{name} applies to --algorithm='
+              f'{"/".join(ALGORITHM_FLAGS[name])}, not impala.'
+              for name in sorted(ALGORITHM_FLAGS) if f[name].present]
   try:
     num_replay = replay_lib.replay_batch_size(f.batch_size,
                                               f.replay_proportion)
@@ -215,6 +302,65 @@ def validate(f) -> None:
                     'replay: set --replay_proportion > 0 or drop them.')
   if num_replay and f.replay_buffer_size < 1:
     problems.append('--replay_buffer_size must be >= 1 with replay on.')
+  return problems
+
+
+def _port_problems(f):
+  """What is wrong with the flags of PPG, SAC or DDPG."""
+  problems = [f'--{name} applies to --algorithm=impala only.'
+              for name in IMPALA_ONLY_FLAGS if f[name].present]
+  problems += [f'--{name} applies to --algorithm='
+               f'{"/".join(ALGORITHM_FLAGS[name])}, not {f.algorithm}.'
+               for name in sorted(ALGORITHM_FLAGS)
+               if f[name].present and f.algorithm not in ALGORITHM_FLAGS[name]]
+  if not problems:
+    try:
+      algorithms.ALGORITHMS[f.algorithm].validate(
+          port_config(f, env_options_from_flags(f)))
+    except (ValueError, TypeError) as e:
+      problems.append(f'--algorithm={f.algorithm}: {e}')
+  return problems
+
+
+def env_options_from_flags(f) -> dict:
+  options = {'fixed_step_mul': f.fixed_step_mul}
+  if f.fixed_step_mul:
+    options['step_mul'] = family_default(f, 'step_mul')
+  else:
+    options['max_step_mul'] = f.max_step_mul
+  return options
+
+
+def port_config(f, env_options):
+  """The PPG / SAC / DDPG config: its own defaults, overridden by the
+  shared flags the user set and by the algorithm flags."""
+  config_class = algorithms.ALGORITHMS[f.algorithm].config
+  values = {'total_environment_frames': total_frames(f),
+            'fixed_step_mul': env_options['fixed_step_mul'],
+            'step_mul': env_options.get('step_mul', 1)}
+  for field in config_class._fields:
+    if field in values or field == 'num_replay':
+      continue
+    if field in SHARED_FIELDS:
+      if f[field].present:
+        values[field] = getattr(f, field)
+    elif getattr(f, field) is not None:
+      values[field] = getattr(f, field)
+  return config_class(**{k: v for k, v in values.items()
+                         if k in config_class._fields})
+
+
+def validate(f) -> None:
+  """Checks flag combinations; raises app.UsageError naming the flags."""
+  problems = []
+  if f.unroll_length < 1:
+    problems.append(f'--unroll_length must be >= 1 (got {f.unroll_length}).')
+  if f.batch_size < 1:
+    problems.append(f'--batch_size must be >= 1 (got {f.batch_size}).')
+  if f.algorithm == 'impala':
+    problems.extend(_impala_problems(f))
+  else:
+    problems.extend(_port_problems(f))
   if f.total_environment_frames < 1:
     problems.append('--total_environment_frames must be >= 1.')
   if f.num_critic_pretrain_frames > f.total_environment_frames:
@@ -265,37 +411,45 @@ def validate(f) -> None:
     raise app.UsageError('\n'.join(problems))
 
 
+def envs_per_actor(f, learner_config) -> int:
+  """--envs_per_actor, else IMPALA's family default, else (PPG, SAC, DDPG)
+  the batch size: one collect of one actor then feeds exactly one update."""
+  if f.envs_per_actor is not None or f.algorithm == 'impala':
+    return family_default(f, 'envs_per_actor')
+  return learner_config.batch_size
+
+
 def config_from_flags(f) -> run_loop.RunConfig:
-  num_replay = replay_lib.replay_batch_size(f.batch_size, f.replay_proportion)
-  step_mul = family_default(f, 'step_mul')
-  env_options = {'fixed_step_mul': f.fixed_step_mul}
-  if f.fixed_step_mul:
-    env_options['step_mul'] = step_mul
+  env_options = env_options_from_flags(f)
+  if f.algorithm != 'impala':
+    learner_config = port_config(f, env_options)
   else:
-    env_options['max_step_mul'] = f.max_step_mul
+    num_replay = replay_lib.replay_batch_size(f.batch_size,
+                                              f.replay_proportion)
+    learner_config = learner_lib.LearnerConfig(
+        batch_size=f.batch_size, num_replay=num_replay,
+        unroll_length=f.unroll_length,
+        total_environment_frames=total_frames(f),
+        discounting=f.discounting, reward_clipping=f.reward_clipping,
+        reward_scaling=family_default(f, 'reward_scaling'),
+        baseline_cost=f.baseline_cost,
+        entropy_cost=f.entropy_cost,
+        policy_cloning_cost=f.policy_cloning_cost if num_replay else 0.0,
+        value_cloning_cost=f.value_cloning_cost if num_replay else 0.0,
+        clip_grad_norm=f.clip_grad_norm, clip_advantage=f.clip_advantage,
+        learning_rate=family_default(f, 'learning_rate'),
+        optimizer=f.optimizer,
+        fixed_step_mul=f.fixed_step_mul,
+        step_mul=env_options.get('step_mul', 1),
+        jit_compile=f.jit_compile)
   core_size = family_default(f, 'core_size')
-  learner_config = learner_lib.LearnerConfig(
-      batch_size=f.batch_size, num_replay=num_replay,
-      unroll_length=f.unroll_length,
-      total_environment_frames=total_frames(f),
-      discounting=f.discounting, reward_clipping=f.reward_clipping,
-      reward_scaling=family_default(f, 'reward_scaling'),
-      baseline_cost=f.baseline_cost,
-      entropy_cost=f.entropy_cost,
-      policy_cloning_cost=f.policy_cloning_cost if num_replay else 0.0,
-      value_cloning_cost=f.value_cloning_cost if num_replay else 0.0,
-      clip_grad_norm=f.clip_grad_norm, clip_advantage=f.clip_advantage,
-      learning_rate=family_default(f, 'learning_rate'),
-      optimizer=f.optimizer,
-      fixed_step_mul=f.fixed_step_mul, step_mul=step_mul,
-      jit_compile=f.jit_compile)
   return run_loop.RunConfig(
       env_name=f.env, env_options=env_options, algorithm=f.algorithm,
       agent_config=policy_lib.AgentConfig(f.network, core_size,
                                           f.separate_critic),
       learner_config=learner_config, logdir=f.logdir, seed=f.seed,
       num_actors=f.num_actors,
-      envs_per_actor=family_default(f, 'envs_per_actor'),
+      envs_per_actor=envs_per_actor(f, learner_config),
       replay_buffer_size=f.replay_buffer_size,
       replay_sampling=f.replay_sampling, replay_storage=f.replay_storage,
       replay_prefill_unrolls=f.replay_prefill_unrolls,

@@ -11,6 +11,7 @@ import pytest
 
 import envs
 from clear import actor as actor_lib
+from clear import algorithms
 from clear import actor_pool
 from clear import policy as policy_lib
 from clear import types
@@ -64,7 +65,7 @@ class FakeEchoEnvForTest:
 
 def make_actor(unroll_length=5):
   env = FakeEchoEnvForTest()
-  policy = policy_lib.make_policy('impala', env.spec,
+  policy = algorithms.make_policy('impala', env.spec,
                                   policy_lib.AgentConfig('mlp', 8), seed=1)
   return actor_lib.Actor(env, policy, unroll_length)
 
@@ -119,7 +120,7 @@ def test_finished_episodes_are_reported():
 
 def test_unroll_length_must_be_positive():
   env = FakeEchoEnvForTest()
-  policy = policy_lib.make_policy('impala', env.spec,
+  policy = algorithms.make_policy('impala', env.spec,
                                   policy_lib.AgentConfig('mlp', 8))
   with pytest.raises(ValueError, match='unroll_length'):
     actor_lib.Actor(env, policy, 0)
@@ -143,7 +144,7 @@ def wait_for(pool, predicate, timeout=60.0):
 
 def test_local_pool_delivers_versioned_unrolls_restarts_and_cleans_up():
   env = envs.make('gym:CartPole-v1')
-  learner_policy = policy_lib.make_policy(
+  learner_policy = algorithms.make_policy(
       'impala', env.spec, policy_lib.AgentConfig('mlp', 8), seed=3)
   env.close()
   weights = learner_policy.get_weights()

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import envs
+from clear import algorithms
 from clear import continual
 from clear import policy as policy_lib
 from clear import snapshot
@@ -219,7 +220,7 @@ def test_write_metrics_json_is_atomic_and_strict(tmp_path):
 def _evaluator(max_steps):
   """An evaluator and its policy (seeded: equal calls, equal results)."""
   env = envs.make(GYM, task=0)
-  policy = policy_lib.make_policy('impala', env.spec,
+  policy = algorithms.make_policy('impala', env.spec,
                                   policy_lib.AgentConfig('mlp', 8), seed=3)
   env.close()
   return continual.Evaluator(GYM, {}, policy, num_episodes=3, seed=7,
@@ -251,7 +252,7 @@ def test_evaluator_plays_every_task_deterministically():
 
 def test_evaluator_rejects_a_policy_of_another_spec():
   env = envs.make('gym:CartPole-v1')
-  policy = policy_lib.make_policy('impala', env.spec,
+  policy = algorithms.make_policy('impala', env.spec,
                                   policy_lib.AgentConfig('mlp', 8))
   with pytest.raises(ValueError, match='spec differs'):
     continual.Evaluator(GYM, {}, policy, num_episodes=1)

@@ -191,3 +191,167 @@ def test_bad_arguments(kwargs, match):
 def test_sampling_an_empty_buffer_fails_clearly():
   with pytest.raises(ValueError, match='empty'):
     replay.ReplayBuffer(2).sample(1)
+
+
+# --- Slots, windows and prioritized sampling ----------------------------------
+
+
+def filled(capacity, num_items, **kwargs):
+  buffer = replay.ReplayBuffer(capacity, 'fifo', **kwargs)
+  for uid in range(num_items):
+    buffer.insert(unroll(uid))
+  return buffer
+
+
+def test_sum_tree_finds_the_leaf_of_a_cumulative_mass():
+  rng = np.random.RandomState(0)
+  for num_leaves in (1, 2, 5, 16, 37):
+    sums = replay._SumTree(num_leaves)
+    values = rng.uniform(0.1, 2.0, size=num_leaves)
+    sums.set(np.arange(num_leaves), values)
+    values[[0, num_leaves // 2]] = [3.0, 0.5]  # Overwrite two leaves.
+    sums.set(np.array([0, num_leaves // 2]), values[[0, num_leaves // 2]])
+    np.testing.assert_allclose(sums.total, values.sum())
+    masses = rng.uniform(size=200) * values.sum()
+    expected = np.searchsorted(np.cumsum(values), masses, side='right')
+    np.testing.assert_array_equal(sums.find(masses), expected)
+
+
+def test_uniform_slots_cover_every_slot_equally():
+  buffer = filled(4, 4, seed=1, slots_per_item=3)
+  draw = buffer.sample_slots(24000, importance_exponent=0.4)
+  counts = np.bincount(draw.indices * 3 + draw.slots, minlength=12) / 24000
+  np.testing.assert_allclose(counts, 1 / 12, atol=0.008)
+  np.testing.assert_array_equal(draw.weights, 1.0)
+  np.testing.assert_allclose(draw.probabilities, 1 / 12)
+
+
+def test_prioritized_sampling_is_proportional_to_priority_power_alpha():
+  alpha = 0.7
+  buffer = filled(6, 5, seed=2, prioritized=True, priority_exponent=alpha,
+                  slots_per_item=2, min_priority=1e-9)
+  priorities = np.array([[0.5, 1.0], [2.0, 0.1], [4.0, 3.0], [0.0, 1.5],
+                         [0.25, 8.0]])
+  items, slots = np.divmod(np.arange(10), 2)
+  buffer.update_priorities(items, slots, priorities.reshape(-1))
+  n = 40000
+  draw = buffer.sample_slots(n)
+  expected = priorities.reshape(-1)**alpha
+  expected /= expected.sum()
+  frequency = np.bincount(draw.indices * 2 + draw.slots, minlength=10) / n
+  # Binomial standard deviations are below 0.0025 here.
+  np.testing.assert_allclose(frequency, expected, atol=0.008)
+  assert frequency[6] == 0.0  # Priority 0 (plus a 1e-9 floor).
+  np.testing.assert_allclose(draw.probabilities,
+                             expected[draw.indices * 2 + draw.slots])
+
+
+def test_importance_weights_follow_the_formula():
+  alpha, beta = 0.6, 0.4
+  buffer = filled(8, 3, seed=3, prioritized=True, priority_exponent=alpha,
+                  min_priority=0.01)
+  raw = np.array([0.2, 1.0, 3.0])
+  buffer.update_priorities(np.arange(3), np.zeros(3, int), raw)
+  draw = buffer.sample_slots(50, importance_exponent=beta)
+  p = (raw + 0.01)**alpha
+  probability = p / p.sum()
+  weights = (3 * probability)**-beta
+  weights /= weights.max()
+  np.testing.assert_allclose(draw.weights, weights[draw.indices], rtol=1e-5)
+  assert draw.weights.dtype == np.float32 and draw.weights.max() <= 1.0
+
+
+def test_new_items_get_the_largest_priority_so_far():
+  buffer = filled(4, 2, prioritized=True, slots_per_item=2)
+  np.testing.assert_array_equal(buffer.priorities, 1.0)
+  buffer.update_priorities([0, 1], [1, 0], [5.0, 0.5])
+  assert buffer.max_priority == 5.0
+  buffer.insert(unroll(9))
+  np.testing.assert_array_equal(buffer.priorities,
+                                [[1.0, 5.0], [0.5, 1.0], [5.0, 5.0]])
+  # FIFO overwrites item 0 with fresh, maximal priorities.
+  buffer.insert(unroll(10))
+  buffer.insert(unroll(11))
+  np.testing.assert_array_equal(buffer.priorities[0], [5.0, 5.0])
+
+
+def test_priority_updates_move_the_sampling():
+  buffer = filled(4, 4, seed=4, prioritized=True, priority_exponent=1.0)
+  buffer.update_priorities(np.arange(4), np.zeros(4, int), [1., 1., 1., 97.])
+  draw = buffer.sample_slots(2000)
+  assert 0.94 < np.mean(draw.indices == 3) < 0.99
+  buffer.update_priorities([3], [0], [1.0])
+  draw = buffer.sample_slots(4000)
+  np.testing.assert_allclose(np.bincount(draw.indices) / 4000, 0.25,
+                             atol=0.03)
+
+
+@pytest.mark.parametrize('priorities', [[np.nan], [-1.0], [np.inf]])
+def test_bad_priorities_are_rejected(priorities):
+  buffer = filled(2, 1, prioritized=True)
+  with pytest.raises(ValueError, match='finite'):
+    buffer.update_priorities([0], [0], priorities)
+
+
+def test_uniform_buffer_has_no_priorities():
+  buffer = filled(2, 1)
+  with pytest.raises(ValueError, match='uniform'):
+    buffer.update_priorities([0], [0], [1.0])
+
+
+def test_get_windows_cuts_time_but_keeps_the_state():
+  buffer = replay.ReplayBuffer(4)
+  items = [unroll(uid, t=5) for uid in range(3)]
+  for item in items:
+    buffer.insert(item)
+  windows = buffer.get_windows([2, 0, 2], [1, 0, 4], 2)
+  assert windows.env_outputs.reward.shape == (3, 2)
+  assert windows.agent_outputs.logits['action'].shape == (3, 2, 5)
+  assert windows.agent_state[0].shape == (3, 4)
+  for row, (uid, start) in enumerate([(2, 1), (0, 0), (2, 4)]):
+    np.testing.assert_array_equal(
+        windows.agent_outputs.logits['action'][row],
+        items[uid].agent_outputs.logits['action'][start:start + 2])
+    np.testing.assert_array_equal(windows.agent_state[0][row],
+                                  items[uid].agent_state[0])
+  with pytest.raises(ValueError, match='leave'):
+    buffer.get_windows([0], [5], 2)
+  tree.map_structure(np.testing.assert_array_equal, buffer.get([1]),
+                     stack([items[1]]))
+
+
+def test_prioritized_save_and_restore_round_trip(tmp_path):
+  kwargs = dict(prioritized=True, priority_exponent=0.5, slots_per_item=3)
+  buffer = replay.ReplayBuffer(5, 'fifo', seed=6, **kwargs)
+  for uid in range(7):
+    buffer.insert(unroll(uid))
+  rng = np.random.RandomState(0)
+  buffer.update_priorities(np.repeat(np.arange(5), 3), np.tile(np.arange(3), 5),
+                           rng.uniform(0, 9, size=15))
+  buffer.save(str(tmp_path))
+  restored = replay.ReplayBuffer(5, 'fifo', seed=7, **kwargs)
+  restored.restore(str(tmp_path), unroll(0))
+  np.testing.assert_array_equal(restored.priorities, buffer.priorities)
+  assert restored.max_priority == buffer.max_priority
+  np.testing.assert_allclose(restored._tree.nodes, buffer._tree.nodes)
+  a, b = buffer.sample_slots(64, 0.4), restored.sample_slots(64, 0.4)
+  for x, y in zip(a, b):
+    np.testing.assert_array_equal(x, y)
+  # No pickles: a pickled priorities file is refused.
+  np.save(str(tmp_path / 'priorities.npy'), np.array([object()]),
+          allow_pickle=True)
+  with pytest.raises(ValueError, match='allow_pickle'):
+    replay.ReplayBuffer(5, 'fifo', **kwargs).restore(str(tmp_path),
+                                                    unroll(0))
+
+
+def test_uniform_save_restores_into_a_prioritized_buffer(tmp_path):
+  filled(4, 3, slots_per_item=2).save(str(tmp_path))
+  restored = replay.ReplayBuffer(4, 'fifo', prioritized=True,
+                                 slots_per_item=2)
+  restored.restore(str(tmp_path), unroll(0))
+  np.testing.assert_array_equal(restored.priorities, np.ones([3, 2]))
+  with pytest.raises(ValueError, match='slots'):
+    filled(4, 3, prioritized=True, slots_per_item=2).save(str(tmp_path))
+    replay.ReplayBuffer(4, 'fifo', prioritized=True,
+                        slots_per_item=3).restore(str(tmp_path), unroll(0))

@@ -126,6 +126,11 @@ def test_unknown_game_gives_one_message_and_no_traceback(tmp_path):
     (['--discounting=1.5'], '--discounting'),
     (['--env=Pong'], '--env'),
     (['--init_scope=critic'], '--init_scope needs --init_from'),
+    (['--algorithm=ppg', '--tau=0.1'], '--tau applies to --algorithm=ddpg/sac'),
+    (['--algorithm=sac', '--replay_proportion=0.3'],
+     '--replay_proportion applies to --algorithm=impala only'),
+    (['--tau=0.1'], '--tau applies to --algorithm=ddpg/sac, not impala'),
+    (['--algorithm=ppg', '--clip_ratio=-1'], 'clip_ratio must be > 0'),
     (['--env=gym:CartPole-v1,gym:Acrobot-v1'], '--frames_per_task >= 1'),
     (['--frames_per_task=100'], 'need a sequence --env'),
     (['--env=gym:CartPole-v1,gym:Acrobot-v1', '--frames_per_task=100',
@@ -149,3 +154,19 @@ def test_validate_accepts_the_defaults_and_fills_family_defaults():
   assert config.learner_config.num_replay == 16
   assert config.learner_config.learning_rate == 6e-4
   assert config.agent_config.core_size == 256
+
+
+def test_port_flags_override_only_what_is_set():
+  from clear import sac  # pylint: disable=g-import-not-at-top
+  with flagsaver.flagsaver():
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--algorithm=sac', '--env=gym:Pendulum-v1',
+                 '--tau=0.01', '--batch_size=2', '--num_critics=3'])
+    train.validate(flags.FLAGS)
+    config = train.config_from_flags(flags.FLAGS)
+  expected = sac.SACConfig(tau=0.01, batch_size=2, num_critics=3,
+                           total_environment_frames=400_000)
+  assert config.learner_config == expected
+  # IMPALA's family defaults (gym: learning rate 3e-3, reward scale 0.1) do
+  # not leak into the port; one collect feeds one update.
+  assert config.envs_per_actor == 2

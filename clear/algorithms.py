@@ -1,0 +1,67 @@
+"""The algorithms `--algorithm` names: each a policy class and its config.
+
+Every algorithm trains through the same runtime (actors, run loop,
+checkpoints, summaries): its policy implements `clear.policy.Policy`, and
+its config is a NamedTuple holding at least the fields the run loop reads
+(`batch_size`, `num_replay`, `unroll_length`, `total_environment_frames`,
+`fixed_step_mul`, `step_mul`).
+"""
+
+from typing import Callable, NamedTuple, Optional
+
+from clear import ddpg
+from clear import learner as learner_lib
+from clear import policy as policy_lib
+from clear import ppg
+from clear import sac
+from clear import types
+
+
+class Algorithm(NamedTuple):
+  """A trainable algorithm.
+
+  Attributes:
+    policy: its `clear.policy.Policy` subclass, built as
+      `policy(spec, agent_config, config_or_None, seed=seed)`.
+    config: its config NamedTuple class (defaults are the algorithm's).
+    validate: raises ValueError for an impossible config.
+    description: one line for `--help`.
+  """
+  policy: type
+  config: type
+  validate: Callable[[NamedTuple], None]
+  description: str
+
+
+ALGORITHMS = {
+    'impala': Algorithm(policy_lib.ImpalaPolicy, learner_lib.LearnerConfig,
+                        learner_lib.validate_config, 'IMPALA with CLEAR replay (V-trace, policy and '
+                        'value cloning)'),
+    'ppg': Algorithm(ppg.PPGPolicy, ppg.PPGConfig, ppg.validate_config,
+                     'Phasic Policy Gradient'),
+    'sac': Algorithm(sac.SACPolicy, sac.SACConfig, sac.validate_config,
+                     'Soft Actor-Critic (discrete, continuous or mixed)'),
+    'ddpg': Algorithm(ddpg.DDPGPolicy, ddpg.DDPGConfig, ddpg.validate_config,
+                      'Deep Deterministic Policy Gradient'),
+}
+
+
+def make_policy(algorithm: str, spec: types.EnvSpec,
+                agent_config: policy_lib.AgentConfig,
+                learner_config: Optional[NamedTuple] = None,
+                seed: int = 0) -> policy_lib.Policy:
+  """Builds the named algorithm's policy (acting-only without a config).
+
+  Raises:
+    ValueError: an unknown algorithm, or a config of another algorithm.
+  """
+  if algorithm not in ALGORITHMS:
+    raise ValueError(f'Unknown algorithm {algorithm!r}; available: '
+                     f'{sorted(ALGORITHMS)}.')
+  entry = ALGORITHMS[algorithm]
+  if learner_config is not None and not isinstance(learner_config,
+                                                   entry.config):
+    raise ValueError(f'--algorithm={algorithm} needs a '
+                     f'{entry.config.__name__}, got '
+                     f'{type(learner_config).__name__}.')
+  return entry.policy(spec, agent_config, learner_config, seed=seed)

@@ -1,0 +1,376 @@
+"""Deep Deterministic Policy Gradient (Lillicrap et al. 2016, 1509.02971).
+
+T is time, B is batch, N is the number of critics, C the number of
+continuous action entries.
+
+A deterministic actor mu(s) (tanh, scaled to the action bounds), critics
+Q_i(s, a) on [observation; action scaled to [-1, 1]], a target actor and
+target critics moved by soft updates, Gaussian exploration noise clipped to
+the bounds. It reuses SAC's machinery (`clear.off_policy`: critic ensemble,
+target updates, replayed segments, Q targets from `clear.value_estimators`,
+episode-end handling, prioritized replay). With `num_critics` = 2,
+`target_noise` > 0 and `actor_update_period` = 2 it becomes TD3 (Fujimoto
+et al. 2018).
+
+The loss is one module-like function, `ddpg_loss`, returning the named terms
+together (`DDPGLoss`: loss_actor, loss_value, pred_value, target_value,
+td_error), as TorchRL loss modules do; the learner logs them and turns the
+TD errors into replay priorities.
+
+Config fields (`DDPGConfig`, defaults in brackets; the run loop reads the
+first seven). The defaults are the ones checked on gym:Pendulum-v1 with
+64-unit MLPs (learning rates 1e-3 and noise 0.1 as in the usual DDPG/TD3
+settings; batches of 128 instead of 256):
+  batch_size [4]: fresh unrolls per `learn` call (e.g. envs_per_actor).
+  num_replay [0]: must stay 0; the policy owns its replay buffer.
+  unroll_length [8]: T of the actors' unrolls.
+  total_environment_frames [100_000]: run length (anneals the importance
+    exponent to 1).
+  fixed_step_mul [True], step_mul [1]: frames per agent step (dynamic
+    multipliers are not supported).
+  discounting [0.99]: gamma.
+  reward_scaling [1.0]: rewards are multiplied by this.
+  actor_learning_rate, critic_learning_rate [1e-3]: Adam learning rates.
+  tau [0.005], target_update_period [1]: target networks move by tau every
+    period updates.
+  num_critics [1]: critics (targets and the actor use their minimum).
+  exploration_noise [0.1]: std of the Gaussian acting noise, as a fraction
+    of the half range of each action entry (shipped to actors with the
+    weights).
+  target_noise [0.0], target_noise_clip [0.5]: TD3 target smoothing noise
+    (fraction of the half range) and its clip.
+  actor_update_period [1]: the actor learns every this many updates.
+  value_estimator ['td0'], td_lambda [0.95]: Q-target estimator over a
+    segment ('td0', 'td1', 'td_lambda', 'gae').
+  sample_length [1]: L, transitions per replayed segment.
+  sample_batch_size [128]: transitions per update (ceil(this / L)
+    segments).
+  replay_capacity [1_000_000]: transitions kept (FIFO).
+  prioritized [False], priority_exponent [0.6], importance_exponent [0.4]:
+    prioritized replay by RMS TD error of the segment.
+  learning_starts [1000]: stored transitions before the first update.
+  random_actions_until_start [True]: actors act uniformly at random until
+    then.
+  updates_per_step [1.0]: gradient updates per new transition.
+  clip_grad_norm [0.0]: global-norm clipping (0 = off).
+  jit_compile [True]: compile the updates with XLA.
+"""
+
+from typing import NamedTuple, Optional
+
+import numpy as np
+import sonnet as snt
+import tensorflow as tf
+
+from agents import initializers
+from clear import off_policy
+from clear import types
+
+
+class DDPGConfig(NamedTuple):
+  """DDPG hyperparameters; see the module docstring for each field."""
+  batch_size: int = 4
+  num_replay: int = 0
+  unroll_length: int = 8
+  total_environment_frames: int = 100_000
+  fixed_step_mul: bool = True
+  step_mul: int = 1
+  discounting: float = 0.99
+  reward_scaling: float = 1.0
+  actor_learning_rate: float = 1e-3
+  critic_learning_rate: float = 1e-3
+  tau: float = 0.005
+  target_update_period: int = 1
+  num_critics: int = 1
+  exploration_noise: float = 0.1
+  target_noise: float = 0.0
+  target_noise_clip: float = 0.5
+  actor_update_period: int = 1
+  value_estimator: str = 'td0'
+  td_lambda: float = 0.95
+  sample_length: int = 1
+  sample_batch_size: int = 128
+  replay_capacity: int = 1_000_000
+  prioritized: bool = False
+  priority_exponent: float = 0.6
+  importance_exponent: float = 0.4
+  learning_starts: int = 1000
+  random_actions_until_start: bool = True
+  updates_per_step: float = 1.0
+  clip_grad_norm: float = 0.0
+  jit_compile: bool = True
+
+
+def validate_config(config: DDPGConfig,
+                    spec: Optional[types.EnvSpec] = None):
+  """Raises ValueError with one clear message for an impossible setting."""
+  off_policy.validate_common(config, spec, 'DDPG')
+  if config.exploration_noise < 0:
+    raise ValueError('exploration_noise must be >= 0, got '
+                     f'{config.exploration_noise}.')
+  if config.target_noise < 0 or config.target_noise_clip < 0:
+    raise ValueError('target_noise and target_noise_clip must be >= 0, got '
+                     f'{config.target_noise} and {config.target_noise_clip}.')
+  if config.actor_update_period < 1:
+    raise ValueError('actor_update_period must be >= 1, got '
+                     f'{config.actor_update_period}.')
+  if spec is not None:
+    discrete = [k for k, s in spec.action_spec.items()
+                if isinstance(s, types.DiscreteSpec)]
+    if discrete:
+      raise ValueError(
+          f'DDPG needs continuous actions only; the env has discrete action '
+          f'heads {discrete} (use SAC for discrete or mixed actions).')
+    if not spec.action_spec:
+      raise ValueError('DDPG needs at least one continuous action head.')
+
+
+# --- Loss ---------------------------------------------------------------------
+
+
+class DDPGLoss(NamedTuple):
+  """The named terms of `ddpg_loss`, float32 `[T, B]` each.
+
+  Attributes:
+    loss_actor: -min_i Q_i(x_t, mu(x_t)).
+    loss_value: masked, importance-weighted sum over critics of
+      0.5 (G_t - Q_i(x_t, a_t))^2.
+    pred_value: mean over critics of Q_i(x_t, a_t) (no gradient).
+    target_value: G_t.
+    td_error: G_t - pred_value (no gradient; priorities come from it).
+  """
+  loss_actor: tf.Tensor
+  loss_value: tf.Tensor
+  pred_value: tf.Tensor
+  target_value: tf.Tensor
+  td_error: tf.Tensor
+
+
+def ddpg_loss(q_taken, q_policy, targets, mask, importance_weights=None):
+  """DDPG's actor and value losses and diagnostics, per element.
+
+  T is time, B is batch, N critics.
+
+  Args:
+    q_taken: float32 `[N, T, B]`, Q_i(x_t, a_t) of the replayed actions.
+    q_policy: float32 `[N, T, B]`, Q_i(x_t, mu(x_t)); carries the actor's
+      gradient (the caller applies it to the actor only).
+    targets: float32 `[T, B]`, G_t (gradients stopped).
+    mask: float32 `[T, B]`, 0 for transitions left out of the value loss.
+    importance_weights: float32 `[B]` or `[T, B]`, or None.
+
+  Returns:
+    `DDPGLoss`.
+
+  Raises:
+    ValueError: wrong ranks.
+  """
+  q_policy = tf.convert_to_tensor(q_policy, tf.float32)
+  if q_policy.shape.rank != 3:
+    raise ValueError('ddpg_loss: q_policy must be [N, T, B], got shape '
+                     f'{q_policy.shape}.')
+  loss_value, extra = off_policy.critic_ensemble_loss(
+      q_taken, targets, mask, importance_weights)
+  pred = tf.stop_gradient(tf.reduce_mean(q_taken, axis=0))
+  targets = tf.stop_gradient(tf.convert_to_tensor(targets, tf.float32))
+  del extra
+  return DDPGLoss(loss_actor=-tf.reduce_min(q_policy, axis=0),
+                  loss_value=loss_value, pred_value=pred,
+                  target_value=targets, td_error=targets - pred)
+
+
+# --- Networks and policy ------------------------------------------------------
+
+
+class DDPGAgent(snt.Module):
+  """What DDPG acts with (and what `get_weights` ships to actors).
+
+  Attributes:
+    actor: MLP observation -> pre-tanh action `[C]`.
+    exploration_noise: float32 variable, noise std / half range.
+    random_actions: float32 variable, 1 while actors act uniformly.
+    rng: the sampling Generator.
+  """
+
+  def __init__(self, spec, layout: off_policy.ActionLayout, hidden_sizes,
+               init_rng: np.random.Generator, seed: int,
+               exploration_noise: float, name='agent'):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.rng = tf.random.Generator.from_seed(seed)
+      self.random_actions = tf.Variable(1.0, trainable=False,
+                                        name='random_actions')
+      self.exploration_noise = tf.Variable(exploration_noise,
+                                           dtype=tf.float32, trainable=False,
+                                           name='exploration_noise')
+    self.actor = off_policy.MLP(hidden_sizes, layout.continuous_size,
+                                initializers.SeededFanIn(init_rng),
+                                name='actor')
+    self.actor(tf.zeros([1, off_policy.observation_size(spec)]))
+
+
+class DDPGPolicy(off_policy.OffPolicyPolicy):
+  """DDPG over an MLP; see the module docstring.
+
+  Args:
+    spec: the environment spec (continuous actions only).
+    agent_config: `policy.AgentConfig` (network 'mlp' or 'auto'; two hidden
+      layers of `core_size` units for actor and critics).
+    learner_config: `DDPGConfig`, or None for an acting-only copy.
+    seed: seeds the initialisation, the sampling and the replay.
+  """
+
+  algorithm = 'DDPG'
+
+  def __init__(self, spec, agent_config, learner_config=None, seed=0):
+    validate_config(DDPGConfig() if learner_config is None
+                    else learner_config, spec)
+    super().__init__(spec, agent_config, learner_config, seed)
+
+  def _validate(self, config, spec):
+    validate_config(config, spec)
+
+  def _build_agent(self, seed):
+    noise = (self.config.exploration_noise if self.config is not None
+             else DDPGConfig().exploration_noise)
+    return DDPGAgent(self.spec, self.layout, self._hidden_sizes,
+                     self._init_rng, seed, noise)
+
+  def _build_learner(self):
+    c, layout = self.config, self.layout
+    self.agent.random_actions.assign(
+        1.0 if c.random_actions_until_start else 0.0)
+    in_size = off_policy.observation_size(self.spec) + layout.continuous_size
+    make_critics = lambda name: off_policy.CriticEnsemble(
+        c.num_critics, in_size, self._hidden_sizes, 1, self._init_rng,
+        name=name)
+    self.critics = make_critics('critics')
+    self.target_critics = make_critics('target_critics')
+    self.target_actor = off_policy.MLP(
+        self._hidden_sizes, layout.continuous_size,
+        initializers.SeededFanIn(self._init_rng), name='target_actor')
+    self.target_actor(tf.zeros([1, off_policy.observation_size(self.spec)]))
+    online = (list(self.critics.trainable_variables) +
+              list(self.agent.actor.trainable_variables))
+    target = (list(self.target_critics.trainable_variables) +
+              list(self.target_actor.trainable_variables))
+    self.target_updater = off_policy.TargetUpdater(
+        online, target, c.tau, c.target_update_period)
+    self.critic_optimizer = off_policy.make_adam(
+        c.critic_learning_rate, self.critics.trainable_variables)
+    self.actor_optimizer = off_policy.make_adam(
+        c.actor_learning_rate, self.agent.actor.trainable_variables)
+    self.metric_names = ['loss/actor', 'loss/value', 'value/pred_mean',
+                         'value/target_mean', 'value/abs_td_error',
+                         'grad_norm/actor', 'grad_norm/critic']
+
+  def _learner_checkpointables(self):
+    return {'critics': self.critics, 'target_critics': self.target_critics,
+            'target_actor': self.target_actor,
+            'target_updates': self.target_updater.num_calls,
+            'critic_optimizer': self.critic_optimizer,
+            'actor_optimizer': self.actor_optimizer}
+
+  def _scope_variables(self, scope):
+    policy = (list(self.agent.actor.trainable_variables) +
+              list(self.target_actor.trainable_variables))
+    critic = (list(self.critics.trainable_variables) +
+              list(self.target_critics.trainable_variables))
+    return {'policy': policy, 'critic': critic,
+            'all': policy + critic}[scope]
+
+  # --- Acting -----------------------------------------------------------------
+
+  def _act(self, observation):
+    layout, agent = self.layout, self.agent
+    features = off_policy.flat_observation(observation,
+                                           self._observation_keys)
+    batch = tf.shape(features)[0]
+    size = layout.continuous_size
+    unit = tf.tanh(agent.actor(features))
+    unit += agent.exploration_noise * agent.rng.normal([batch, size])
+    uniform = agent.rng.uniform([batch, size], -1.0, 1.0)
+    unit = tf.where(agent.random_actions > 0.5, uniform, unit)
+    action = layout.unit_to_env(tf.clip_by_value(unit, -1.0, 1.0))
+    return types.AgentOutput({k: action[k] for k in self.spec.action_spec},
+                             {}, tf.zeros([batch], tf.float32))
+
+  # --- Learning ---------------------------------------------------------------
+
+  def _update(self, tr: off_policy.Transitions, weights):
+    c, layout, agent = self.config, self.layout, self.agent
+    merge = off_policy.merge_leading
+    steps_p1, num_segments = tr.first.shape  # L + 1, K (static).
+    taken_rows = (steps_p1 - 1) * num_segments
+    features = off_policy.flat_observation(
+        {k: merge(tr.observation[k]) for k in self._observation_keys},
+        self._observation_keys)
+    now, after = features[:taken_rows], features[num_segments:]
+    time_major = lambda q: tf.reshape(
+        q, q.shape[:-1].as_list() + [steps_p1 - 1, num_segments])
+    critic_vars = self.critics.trainable_variables
+    actor_vars = agent.actor.trainable_variables
+
+    with tf.GradientTape(persistent=True) as tape:
+      policy_unit = tf.tanh(agent.actor(now))
+      taken_unit = merge(layout.env_to_unit(tr.action))
+      q_both = self.critics(tf.concat(
+          [tf.concat([now, policy_unit], -1),
+           tf.concat([now, taken_unit], -1)], 0))[..., 0]
+      q_policy, q_taken = q_both[:, :taken_rows], q_both[:, taken_rows:]
+
+      target_unit = tf.tanh(self.target_actor(after))
+      if c.target_noise > 0:
+        noise = c.target_noise * agent.rng.normal(tf.shape(target_unit))
+        target_unit += tf.clip_by_value(noise, -c.target_noise_clip,
+                                        c.target_noise_clip)
+        target_unit = tf.clip_by_value(target_unit, -1.0, 1.0)
+      q_target = self.target_critics(tf.concat([after, target_unit],
+                                               -1))[..., 0]
+      next_values = time_major(tf.reduce_min(q_target, axis=0))
+      # V(x_0) only enters the (masked) target of a truncated first
+      # transition, so it is not computed: zeros stand in.
+      values = tf.concat([tf.zeros_like(next_values[:1]), next_values[:-1]],
+                         0)
+      targets = off_policy.q_targets(tr.reward, tr.discount, tr.truncated,
+                                     values, next_values[-1],
+                                     c.value_estimator, c.td_lambda)
+      terms = ddpg_loss(time_major(q_taken), time_major(q_policy),
+                        targets.targets, targets.mask, weights)
+      actor_loss = tf.reduce_mean(terms.loss_actor)
+      critic_loss = tf.reduce_mean(terms.loss_value)
+
+    critic_grads, critic_norm = off_policy.clipped_gradients(
+        tape, critic_loss, critic_vars, c.clip_grad_norm)
+    actor_grads, actor_norm = off_policy.clipped_gradients(
+        tape, actor_loss, actor_vars, c.clip_grad_norm)
+    del tape
+    finite = off_policy.all_finite([critic_loss, actor_loss, critic_norm,
+                                    actor_norm])
+
+    def apply():
+      self.critic_optimizer.apply(critic_grads, critic_vars)
+      step = self.counters.num_steps
+      tf.cond(tf.equal(step % c.actor_update_period, 0),
+              lambda: self._apply_actor(actor_grads, actor_vars),
+              lambda: tf.constant(False))
+      self.target_updater()
+
+    finite = self._apply_if_finite(finite, apply)
+    mask = targets.mask
+    squared = tf.square(terms.td_error)
+    metrics = {
+        'loss/actor': actor_loss,
+        'loss/value': critic_loss,
+        'value/pred_mean': tf.reduce_mean(terms.pred_value),
+        'value/target_mean': tf.reduce_mean(terms.target_value),
+        'value/abs_td_error': tf.reduce_sum(tf.abs(terms.td_error) * mask) /
+                              tf.maximum(tf.reduce_sum(mask), 1.0),
+        'grad_norm/actor': actor_norm,
+        'grad_norm/critic': critic_norm,
+    }
+    return metrics, finite, off_policy.segment_priorities(squared, mask)
+
+  def _apply_actor(self, grads, variables):
+    self.actor_optimizer.apply(grads, variables)
+    return tf.constant(True)

@@ -1,0 +1,1074 @@
+"""Phasic Policy Gradient (Cobbe et al. 2020, arXiv 2009.04416) on clear.
+
+PPG trains two feed-forward networks with two optimizers:
+
+- the policy network: torso -> categorical heads, plus an auxiliary value
+  head that shares the torso;
+- the value network: its own torso -> value head.
+
+Policy phase (every `learn` call, on a fresh `[T + 1, B]` batch of
+unrolls). The current networks evaluate the batch once: their logits are
+the "old" policy of the PPO ratio and their values feed the selected value
+estimator (`value_estimator`, GAE(lambda) by default) for advantages and
+returns. Then `policy_epochs` epochs of `num_minibatches` shuffled
+minibatches each take one gradient step on the policy network (PPO clipped
+surrogate minus an entropy bonus) and one on the value network (optionally
+clipped value loss). The observations, value targets and old values are kept
+in an auxiliary memory.
+
+Auxiliary phase (every `aux_freq` policy iterations). The policy network's
+logits on every stored observation are frozen as pi_old (computed at the
+start of the phase, as in the paper, rather than stored with the batch);
+then `aux_train_epoch` epochs of `aux_num_minibatches` minibatches fit the
+auxiliary value head to the stored targets while a behaviour-cloning term
+`aux_bc_weight * KL(pi_old || pi)` keeps the action distribution, and give
+the value network one extra step each. The memory is then cleared. (The
+memory is not checkpointed: a resumed run starts a fresh one.)
+
+Every gradient step is applied only when its losses and gradient norms are
+finite; otherwise it is skipped and counted (`num_skipped_steps`).
+
+Conventions: T is time, B is batch, A_i the number of choices of action
+head i; in the losses below B is any flat batch of samples (a minibatch of
+the flattened `[T * B]` steps). The policy of a state with several action
+heads is the product of the heads (log-probabilities, entropies and KLs are
+summed over heads). Only discrete (`DiscreteSpec`) heads are supported.
+
+`agent_config` (`clear.policy.AgentConfig`) meaning for PPG:
+  network: the torso of both networks, as in `agents.make_agent` ('auto',
+    'mlp', 'impala_shallow', 'impala_deep', 'fullyconv').
+  core_size: the hidden width: the MLP torso has two ReLU layers of this
+    size; image torsos end in a linear layer of this size.
+  separate_critic: ignored; PPG always has a separate value network.
+
+`PPGConfig` fields and defaults:
+  batch_size=8, num_replay=0, unroll_length=64,
+  total_environment_frames=1_000_000, fixed_step_mul=True, step_mul=1,
+  discounting=0.99, reward_clipping='none', reward_scaling=1.0,
+  learning_rate=1e-3, decay_learning_rate=False, adam_epsilon=1e-8,
+  clip_grad_norm=10.0, clip_ratio=0.2, value_clip=0.0, entropy_cost=0.01,
+  value_cost=0.5, value_estimator='gae', gae_lambda=0.95,
+  normalize_advantage=False, normalize_value=False, policy_epochs=1,
+  num_minibatches=8, aux_freq=8, aux_train_epoch=6, aux_bc_weight=1.0,
+  aux_num_minibatches=0 (0: the policy phase's minibatch size).
+
+They follow DI-engine's PPG config (learning rate, loss weights, clip ratio,
+aux_freq, aux_train_epoch, aux_bc_weight, gamma, GAE lambda, gradient norm
+clipping, one epoch per phase, 64-sample minibatches: 8 x 64 steps split in
+8). One difference: `value_clip` is off, because a clipping radius in
+return units (DI-engine reuses clip_ratio = 0.2) lets values move only 0.2
+per iteration and more than doubles the frames CartPole needs. Rewards are
+not clipped, as in DI-engine (clear's IMPALA learner clips them to
+[-1, 1]). The batch layout
+(8 unrolls of 64 steps, DI-engine collects by samples instead) was picked
+on gym:CartPole-v1, where these defaults reach a mean return of 475 within
+about 90k frames.
+
+Metrics returned by `learn` (numpy scalars) and written as `tf.summary`
+scalars: loss/policy, loss/value, loss/entropy (minus the mean entropy),
+policy/entropy, policy/approx_kl, policy/clip_fraction, value/clip_fraction,
+value/mean_value, value/mean_return, advantage/abs_max, grad_norm/policy,
+grad_norm/value, learning_rate/policy, learning_rate/value, and after an
+auxiliary phase aux/value_loss, aux/bc_kl, aux/loss, aux/value_net_loss,
+aux/grad_norm_policy, aux/grad_norm_value; plus the counters
+num_env_frames, num_updates, num_gradient_steps, num_skipped_steps and
+`skipped` (True when any gradient step of the call was skipped).
+"""
+
+import collections
+from typing import NamedTuple
+
+import numpy as np
+import sonnet as snt
+import tensorflow as tf
+import tree
+
+import agents
+from agents import heads as heads_lib
+from agents import initializers
+from agents import torsos
+from clear import checkpoint as checkpoint_lib
+from clear import learner as learner_lib
+from clear import losses
+from clear import policy as policy_lib
+from clear import types
+from clear import value_estimators
+from clear import vtrace
+
+
+class PPGConfig(NamedTuple):
+  """Hyperparameters of PPG (see the module docstring for the defaults).
+
+  Attributes:
+    batch_size: unrolls per `learn` call (the run loop's batch).
+    num_replay: must be 0 (PPG is on-policy; kept for the run loop).
+    unroll_length: T, agent steps per unroll.
+    total_environment_frames: when the run stops (and over which the
+      learning rate decays when `decay_learning_rate`).
+    fixed_step_mul, step_mul: the environment's step multiplier, for the
+      frame count (see `clear.learner.frames_in_batch`).
+    discounting: gamma.
+    reward_clipping: a `clear.losses.clip_rewards` mode.
+    reward_scaling: rewards are multiplied by this before clipping.
+    learning_rate: Adam learning rate of both networks.
+    decay_learning_rate: decay it linearly to 0 over the total frames.
+    adam_epsilon: Adam's epsilon.
+    clip_grad_norm: global-norm clipping of each network's gradients
+      (0 = off).
+    clip_ratio: PPO's epsilon: the ratio pi / pi_old is clipped to
+      [1 - clip_ratio, 1 + clip_ratio].
+    value_clip: value-loss clipping radius around the old value (0 = off).
+    entropy_cost: weight of the entropy bonus.
+    value_cost: weight of the value network's policy-phase loss.
+    value_estimator: one of `clear.value_estimators.ESTIMATORS`.
+    gae_lambda: lambda of 'gae' and 'td_lambda'.
+    normalize_advantage: standardise advantages in each minibatch.
+    normalize_value: the value network and auxiliary head predict returns
+      standardised by a running mean and std (`ValueNormalizer`).
+    policy_epochs: passes over each batch in the policy phase.
+    num_minibatches: minibatches per pass (of the T * B samples).
+    aux_freq: policy iterations between auxiliary phases.
+    aux_train_epoch: passes over the memory in an auxiliary phase.
+    aux_bc_weight: weight of the behaviour-cloning KL.
+    aux_num_minibatches: minibatches per auxiliary pass; 0 keeps the policy
+      phase's minibatch size (num_minibatches per stored iteration).
+  """
+  batch_size: int = 8
+  num_replay: int = 0
+  unroll_length: int = 64
+  total_environment_frames: int = 1_000_000
+  fixed_step_mul: bool = True
+  step_mul: int = 1
+  discounting: float = 0.99
+  reward_clipping: str = 'none'
+  reward_scaling: float = 1.0
+  learning_rate: float = 1e-3
+  decay_learning_rate: bool = False
+  adam_epsilon: float = 1e-8
+  clip_grad_norm: float = 10.0
+  clip_ratio: float = 0.2
+  value_clip: float = 0.0
+  entropy_cost: float = 0.01
+  value_cost: float = 0.5
+  value_estimator: str = 'gae'
+  gae_lambda: float = 0.95
+  normalize_advantage: bool = False
+  normalize_value: bool = False
+  policy_epochs: int = 1
+  num_minibatches: int = 8
+  aux_freq: int = 8
+  aux_train_epoch: int = 6
+  aux_bc_weight: float = 1.0
+  aux_num_minibatches: int = 0
+
+
+def validate_config(config: PPGConfig):
+  """Raises ValueError with one clear message for an impossible setting."""
+  positive_ints = ('batch_size', 'unroll_length', 'total_environment_frames',
+                   'step_mul', 'policy_epochs', 'num_minibatches', 'aux_freq')
+  for name in positive_ints:
+    if getattr(config, name) < 1:
+      raise ValueError(f'PPGConfig.{name} must be >= 1, got '
+                       f'{getattr(config, name)}.')
+  if config.num_replay != 0:
+    raise ValueError('PPGConfig.num_replay must be 0: PPG learns from fresh '
+                     f'unrolls only, got {config.num_replay}.')
+  if config.aux_train_epoch < 0 or config.aux_num_minibatches < 0:
+    raise ValueError('PPGConfig.aux_train_epoch and aux_num_minibatches must '
+                     f'be >= 0, got {config.aux_train_epoch} and '
+                     f'{config.aux_num_minibatches}.')
+  samples = config.batch_size * config.unroll_length
+  if config.num_minibatches > samples:
+    raise ValueError(
+        f'PPGConfig.num_minibatches={config.num_minibatches} exceeds the '
+        f'{samples} samples of a batch (batch_size * unroll_length).')
+  if config.aux_num_minibatches > samples * config.aux_freq:
+    raise ValueError(
+        f'PPGConfig.aux_num_minibatches={config.aux_num_minibatches} exceeds '
+        f'the {samples * config.aux_freq} samples of the auxiliary memory.')
+  if not 0.0 <= config.discounting <= 1.0:
+    raise ValueError('PPGConfig.discounting must be in [0, 1], got '
+                     f'{config.discounting}.')
+  if not 0.0 <= config.gae_lambda <= 1.0:
+    raise ValueError('PPGConfig.gae_lambda must be in [0, 1], got '
+                     f'{config.gae_lambda}.')
+  if config.value_estimator not in value_estimators.ESTIMATORS:
+    raise ValueError('PPGConfig.value_estimator must be one of '
+                     f'{value_estimators.ESTIMATORS}, got '
+                     f'{config.value_estimator!r}.')
+  if config.reward_clipping not in losses.REWARD_CLIPPING_MODES:
+    raise ValueError('PPGConfig.reward_clipping must be one of '
+                     f'{losses.REWARD_CLIPPING_MODES}, got '
+                     f'{config.reward_clipping!r}.')
+  if config.learning_rate <= 0:
+    raise ValueError('PPGConfig.learning_rate must be > 0, got '
+                     f'{config.learning_rate}.')
+  if config.clip_ratio <= 0:
+    raise ValueError('PPGConfig.clip_ratio must be > 0, got '
+                     f'{config.clip_ratio}.')
+  for name in ('value_clip', 'clip_grad_norm', 'entropy_cost', 'value_cost',
+               'aux_bc_weight'):
+    if getattr(config, name) < 0:
+      raise ValueError(f'PPGConfig.{name} must be >= 0, got '
+                       f'{getattr(config, name)}.')
+
+
+# --- Losses ------------------------------------------------------------------
+
+PPOSurrogateExtra = collections.namedtuple(
+    'PPOSurrogateExtra',
+    ['policy_loss', 'entropy', 'ratio', 'approx_kl', 'clipped'])
+PPOSurrogateExtra.__doc__ = """The pieces of `ppo_surrogate_loss`, `[B]` each.
+
+Attributes:
+  policy_loss: -min(rho A, clip(rho, 1 - eps, 1 + eps) A).
+  entropy: the policy's entropy, summed over heads.
+  ratio: rho = pi(a) / pi_old(a) (gradient flows into pi).
+  approx_kl: (rho - 1) - log rho, an unbiased, non-negative estimate of
+    KL(pi_old || pi) from the taken action (gradient stopped).
+  clipped: 1.0 where |rho - 1| > eps, else 0.0.
+"""
+
+ValueLossExtra = collections.namedtuple('ValueLossExtra',
+                                        ['unclipped', 'clipped'])
+ValueLossExtra.__doc__ = """The pieces of `clipped_value_loss`, `[B]` each.
+
+Attributes:
+  unclipped: 0.5 (V - G)^2.
+  clipped: 1.0 where the clipped term was the larger one (and differs),
+    else 0.0; always 0.0 without clipping.
+"""
+
+PPGAuxLossExtra = collections.namedtuple('PPGAuxLossExtra',
+                                         ['aux_value_loss', 'bc_kl'])
+PPGAuxLossExtra.__doc__ = """The pieces of `ppg_aux_loss`, `[B]` each.
+
+Attributes:
+  aux_value_loss: 0.5 (V_aux - G)^2.
+  bc_kl: KL(pi_old || pi), summed over heads.
+"""
+
+
+def _check_rank(fn_name, arg_name, tensor, rank):
+  if tensor.shape.rank != rank:
+    raise ValueError(f'{fn_name}: {arg_name} must have rank {rank}, got '
+                     f'shape {tensor.shape}.')
+
+
+def _check_heads(fn_name, logits, old_logits, actions=None):
+  """Checks matching nests of `[B, A_i]` logits (and `[B]` actions)."""
+  try:
+    tf.nest.assert_same_structure(logits, old_logits)
+    if actions is not None:
+      tf.nest.assert_same_structure(logits, actions)
+  except (ValueError, TypeError) as e:
+    names = 'logits, old_logits and actions' if actions is not None else (
+        'logits and old_logits')
+    raise ValueError(f'{fn_name}: {names} must have the same nest structure: '
+                     f'{e}') from e
+  logits = tf.nest.map_structure(tf.convert_to_tensor, logits)
+  old_logits = tf.nest.map_structure(
+      lambda x: tf.stop_gradient(tf.convert_to_tensor(x)), old_logits)
+  if not tf.nest.flatten(logits):
+    raise ValueError(f'{fn_name}: at least one action head is needed.')
+  for head, old_head in zip(tf.nest.flatten(logits),
+                            tf.nest.flatten(old_logits)):
+    _check_rank(fn_name, 'logits', head, 2)
+    _check_rank(fn_name, 'old_logits', old_head, 2)
+  if actions is not None:
+    actions = tf.nest.map_structure(tf.convert_to_tensor, actions)
+    for head_actions in tf.nest.flatten(actions):
+      _check_rank(fn_name, 'actions', head_actions, 1)
+  return logits, old_logits, actions
+
+
+def _check_values(fn_name, dtype, **named):
+  """Converts `[B]` float tensors, checking their ranks."""
+  out = []
+  for arg_name, tensor in named.items():
+    tensor = tf.convert_to_tensor(tensor, dtype=dtype)
+    _check_rank(fn_name, arg_name, tensor, 1)
+    out.append(tensor)
+  return out
+
+
+def _entropy(logits):
+  """Entropy per sample, summed over the heads of a nest of logits."""
+  return tf.add_n([
+      -tf.reduce_sum(tf.nn.softmax(head) * tf.nn.log_softmax(head), axis=-1)
+      for head in tf.nest.flatten(logits)])
+
+
+def _kl(p_logits, q_logits):
+  """KL(p || q) per sample, summed over heads; exact 0 for masked choices."""
+  total = []
+  for p_head, q_head in zip(tf.nest.flatten(p_logits),
+                            tf.nest.flatten(q_logits)):
+    p_log = tf.nn.log_softmax(p_head)
+    total.append(tf.reduce_sum(tf.exp(p_log) * (p_log -
+                                                tf.nn.log_softmax(q_head)),
+                               axis=-1))
+  return tf.add_n(total)
+
+
+def _summed_log_probs(logits, actions):
+  return tf.add_n(tf.nest.flatten(
+      vtrace.log_probs_from_logits_and_actions(logits, actions)))
+
+
+def ppo_surrogate_loss(logits, old_logits, actions, advantages, clip_ratio,
+                       entropy_cost=0.0):
+  """PPO's clipped surrogate objective with an entropy bonus, per sample.
+
+  B is batch (any flat set of samples), A_i the choices of head i.
+  With rho = pi(a) / pi_old(a) (a product over heads) and eps = clip_ratio:
+
+    loss = -min(rho A, clip(rho, 1 - eps, 1 + eps) A) - entropy_cost H(pi)
+
+  Gradients reach only `logits`.
+
+  Args:
+    logits: float32 `[B, A]`, or a nest (e.g. dict) of `[B, A_i]`, the
+      policy being trained.
+    old_logits: same structure, the policy that the ratio is taken against
+      (no gradient flows into it).
+    actions: int32 `[B]`, or a matching nest, the actions taken.
+    advantages: float32 `[B]` (no gradient flows into them).
+    clip_ratio: python float or scalar tensor, eps > 0.
+    entropy_cost: python float or scalar tensor, weight of the bonus.
+
+  Returns:
+    `(loss, extra)`: loss float32 `[B]`, extra a `PPOSurrogateExtra`.
+
+  Raises:
+    ValueError: when nests differ or ranks are wrong.
+  """
+  name = 'ppo_surrogate_loss'
+  logits, old_logits, actions = _check_heads(name, logits, old_logits,
+                                             actions)
+  dtype = tf.nest.flatten(logits)[0].dtype
+  advantages, = _check_values(name, dtype, advantages=advantages)
+  advantages = tf.stop_gradient(advantages)
+  log_ratio = (_summed_log_probs(logits, actions) -
+               _summed_log_probs(old_logits, actions))
+  ratio = tf.exp(log_ratio)
+  clipped_ratio = tf.clip_by_value(ratio, 1.0 - clip_ratio, 1.0 + clip_ratio)
+  policy_loss = -tf.minimum(ratio * advantages, clipped_ratio * advantages)
+  entropy = _entropy(logits)
+  loss = policy_loss - entropy_cost * entropy
+  approx_kl = tf.stop_gradient((ratio - 1.0) - log_ratio)
+  clipped = tf.cast(tf.abs(ratio - 1.0) > clip_ratio, dtype)
+  return loss, PPOSurrogateExtra(policy_loss, entropy, ratio, approx_kl,
+                                 tf.stop_gradient(clipped))
+
+
+def clipped_value_loss(values, old_values, returns, value_clip=0.0):
+  """The (optionally clipped) squared value error, per sample.
+
+  B is batch. With c = value_clip > 0 and V_clip = V_old + clip(V - V_old,
+  -c, c): loss = 0.5 max((V - G)^2, (V_clip - G)^2); with c = 0 it is
+  0.5 (V - G)^2. Gradients reach only `values`.
+
+  Args:
+    values: float32 `[B]`, the values being trained.
+    old_values: float32 `[B]`, the values before the update (no gradient;
+      unused when value_clip is 0).
+    returns: float32 `[B]`, the targets G (no gradient).
+    value_clip: python float or scalar tensor >= 0; 0 disables clipping.
+      A python 0 builds no clipping ops.
+
+  Returns:
+    `(loss, extra)`: loss float32 `[B]`, extra a `ValueLossExtra`.
+
+  Raises:
+    ValueError: when ranks are wrong.
+  """
+  name = 'clipped_value_loss'
+  values = tf.convert_to_tensor(values)
+  old_values, returns = _check_values(name, values.dtype,
+                                      old_values=old_values, returns=returns)
+  _check_rank(name, 'values', values, 1)
+  old_values = tf.stop_gradient(old_values)
+  returns = tf.stop_gradient(returns)
+  unclipped = 0.5 * tf.square(values - returns)
+  if isinstance(value_clip, (int, float)) and value_clip == 0:
+    return unclipped, ValueLossExtra(unclipped, tf.zeros_like(unclipped))
+  value_clip = tf.convert_to_tensor(value_clip, values.dtype)
+  clipped_values = old_values + tf.clip_by_value(values - old_values,
+                                                 -value_clip, value_clip)
+  clipped_term = 0.5 * tf.square(clipped_values - returns)
+  use_clipped = tf.logical_and(value_clip > 0, clipped_term > unclipped)
+  loss = tf.where(use_clipped, clipped_term, unclipped)
+  return loss, ValueLossExtra(unclipped,
+                              tf.stop_gradient(tf.cast(use_clipped,
+                                                       values.dtype)))
+
+
+def ppg_aux_loss(logits, old_logits, aux_values, returns, bc_weight):
+  """PPG's joint auxiliary loss: value distillation plus behaviour cloning.
+
+  B is batch, A_i the choices of head i:
+
+    loss = 0.5 (V_aux - G)^2 + bc_weight KL(pi_old || pi)
+
+  Gradients reach `logits` and `aux_values` only.
+
+  Args:
+    logits: float32 `[B, A]`, or a nest of `[B, A_i]`, the current policy.
+    old_logits: same structure, pi_old frozen at the start of the auxiliary
+      phase (no gradient).
+    aux_values: float32 `[B]`, the policy network's auxiliary value head.
+    returns: float32 `[B]`, the value targets (no gradient).
+    bc_weight: python float or scalar tensor, weight of the KL.
+
+  Returns:
+    `(loss, extra)`: loss float32 `[B]`, extra a `PPGAuxLossExtra`.
+
+  Raises:
+    ValueError: when nests differ or ranks are wrong.
+  """
+  name = 'ppg_aux_loss'
+  logits, old_logits, _ = _check_heads(name, logits, old_logits)
+  aux_values = tf.convert_to_tensor(aux_values)
+  _check_rank(name, 'aux_values', aux_values, 1)
+  returns, = _check_values(name, aux_values.dtype, returns=returns)
+  aux_value_loss = 0.5 * tf.square(aux_values - tf.stop_gradient(returns))
+  bc_kl = _kl(old_logits, logits)
+  return aux_value_loss + bc_weight * bc_kl, PPGAuxLossExtra(aux_value_loss,
+                                                             bc_kl)
+
+
+# --- Value normalisation -----------------------------------------------------
+
+
+class ValueNormalizer(tf.Module):
+  """Running mean and variance of value targets (checkpointable).
+
+  Merges batch moments with Chan et al.'s parallel formula, so the result
+  equals the moments of everything seen so far. Before any update it is the
+  identity (mean 0, std 1).
+
+  Attributes:
+    mean, variance: float32 scalar variables.
+    count: float64 scalar variable, the number of values seen.
+  """
+
+  def __init__(self, epsilon=1e-8, name='value_normalizer'):
+    super().__init__(name=name)
+    self._epsilon = epsilon
+    self.mean = tf.Variable(0.0, trainable=False, name='mean')
+    self.variance = tf.Variable(1.0, trainable=False, name='variance')
+    self.count = tf.Variable(0.0, dtype=tf.float64, trainable=False,
+                             name='count')
+
+  @property
+  def std(self):
+    return tf.sqrt(self.variance + self._epsilon)
+
+  def update(self, values):
+    """Folds float32 `values` (any shape, at least one element) in."""
+    values = tf.reshape(tf.cast(values, tf.float32), [-1])
+    batch_mean, batch_variance = tf.nn.moments(values, axes=[0])
+    batch_count = tf.cast(tf.size(values), tf.float64)
+    total = self.count + batch_count
+    batch_weight = tf.cast(batch_count / total, tf.float32)
+    old_weight = tf.cast(self.count / total, tf.float32)
+    delta = batch_mean - self.mean
+    new_mean = self.mean + delta * batch_weight
+    new_variance = (old_weight * self.variance + batch_weight * batch_variance
+                    + tf.square(delta) * old_weight * batch_weight)
+    self.mean.assign(new_mean)
+    self.variance.assign(new_variance)
+    self.count.assign(total)
+
+  def normalize(self, values):
+    return (values - self.mean) / self.std
+
+  def denormalize(self, values):
+    return values * self.std + self.mean
+
+
+# --- Networks ----------------------------------------------------------------
+
+
+def _make_torso(spec: types.EnvSpec, network: str, width: int, w_init, name):
+  """An `agents.torsos` encoder for `network` with hidden width `width`."""
+  obs_spec = spec.observation_spec
+  if network == 'mlp':
+    return torsos.MLPTorso(obs_spec, w_init, (width, width), name=name)
+  if network == 'impala_shallow':
+    return torsos.ImpalaShallowTorso(obs_spec, w_init, width, name=name)
+  if network == 'impala_deep':
+    return torsos.ImpalaDeepTorso(obs_spec, w_init, width, name=name)
+  mask_keys = {s.mask_key for s in spec.action_spec.values()
+               if s.mask_key is not None}
+  return torsos.FullyConvTorso(obs_spec, w_init, mask_keys, width, name=name)
+
+
+class PolicyNetwork(snt.Module):
+  """Torso -> masked categorical logits per head, and an auxiliary value."""
+
+  def __init__(self, spec, network, width, rng, name='policy_network'):
+    super().__init__(name=name)
+    self._action_spec = spec.action_spec
+    w_init = initializers.SeededFanIn(rng)
+    self.torso = _make_torso(spec, network, width, w_init, 'torso')
+    # Small initial logits: the first policy is close to uniform.
+    self.heads = heads_lib.PolicyHeads(
+        spec.action_spec, initializers.SeededFanIn(rng, scale=0.01),
+        spatial_resolutions=getattr(self.torso, 'resolutions', ()))
+    self.aux_value = snt.Linear(1, w_init=w_init, name='aux_value')
+
+  def __call__(self, observation):
+    """observation: dict of `[N, ...]` -> (logits dict `[N, A_i]`, `[N]`)."""
+    torso_out = self.torso(observation)
+    logits = self.heads(torso_out.features, torso_out.spatial)
+    logits = heads_lib.apply_masks(logits, observation, self._action_spec)
+    return logits, self.aux_value(torso_out.features)[:, 0]
+
+
+class ValueNetwork(snt.Module):
+  """Torso -> value `[N]`."""
+
+  def __init__(self, spec, network, width, rng, name='value_network'):
+    super().__init__(name=name)
+    w_init = initializers.SeededFanIn(rng)
+    self.torso = _make_torso(spec, network, width, w_init, 'torso')
+    self.value = snt.Linear(1, w_init=w_init, name='value')
+
+  def __call__(self, observation):
+    return self.value(self.torso(observation).features)[:, 0]
+
+
+class PPGAgent(snt.Module):
+  """Both networks, the value normaliser and the sampling generator.
+
+  Attributes:
+    policy_network: `PolicyNetwork`.
+    value_network: `ValueNetwork`.
+    normalizer: `ValueNormalizer`; the value network (and auxiliary head)
+      predict normalised values when `normalize_value` is on.
+    rng: `tf.random.Generator` for action sampling.
+  """
+
+  def __init__(self, spec, network='auto', width=256, seed=0, name='agent'):
+    super().__init__(name=name)
+    network = agents.resolve_network(spec, network)
+    init_rng = np.random.default_rng(seed)
+    self.policy_network = PolicyNetwork(spec, network, width, init_rng)
+    self.value_network = ValueNetwork(spec, network, width, init_rng)
+    self.normalizer = ValueNormalizer()
+    with self.name_scope:
+      self.rng = tf.random.Generator.from_seed(seed)
+    zeros = {k: tf.zeros((1,) + tuple(s.shape), tf.as_dtype(s.dtype))
+             for k, s in spec.observation_spec.items()}
+    self.policy_network(zeros)
+    self.value_network(zeros)
+
+  @property
+  def acting_variables(self):
+    """What actors need: both networks and the normaliser's statistics."""
+    return (tuple(self.policy_network.trainable_variables) +
+            tuple(self.value_network.trainable_variables) +
+            (self.normalizer.mean, self.normalizer.variance))
+
+
+def _check_action_spec(spec: types.EnvSpec):
+  for key, head in spec.action_spec.items():
+    if not isinstance(head, types.DiscreteSpec):
+      raise ValueError(
+          f'PPGPolicy: action head {key!r} is {type(head).__name__}; PPG '
+          'supports only discrete (DiscreteSpec) action heads.')
+    if head.mask_key is not None and (
+        head.mask_key not in spec.observation_spec):
+      raise ValueError(f'PPGPolicy: action head {key!r} has mask_key '
+                       f'{head.mask_key!r}, which is not an observation.')
+
+
+# --- The policy --------------------------------------------------------------
+
+
+def _merge(x):
+  """`[T, B, ...]` -> `[T * B, ...]`."""
+  return tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], axis=0))
+
+
+def _gather(nest, indices):
+  return tf.nest.map_structure(lambda x: tf.gather(x, indices), nest)
+
+
+def _minibatch_indices(rng, num_samples, epochs, num_minibatches):
+  """`[epochs * num_minibatches, size]` indices; each epoch a permutation.
+
+  The `num_samples % num_minibatches` samples left over by an epoch's
+  permutation are skipped in that epoch (a different few each time).
+  """
+  size = num_samples // num_minibatches
+  keys = rng.uniform([epochs, num_samples])
+  permutations = tf.argsort(keys, axis=1)[:, :size * num_minibatches]
+  return tf.reshape(permutations, [epochs * num_minibatches, size])
+
+
+# What `_policy_step` and `_aux_step` report (means over the phase's steps).
+_POLICY_STEP_METRICS = (
+    'loss/policy', 'loss/value', 'loss/entropy', 'policy/entropy',
+    'policy/approx_kl', 'policy/clip_fraction', 'value/clip_fraction',
+    'advantage/abs_max', 'grad_norm/policy', 'grad_norm/value')
+_AUX_STEP_METRICS = ('aux/loss', 'aux/value_loss', 'aux/bc_kl',
+                     'aux/value_net_loss', 'aux/grad_norm_policy',
+                     'aux/grad_norm_value')
+
+
+def _normalize_advantages(advantages):
+  mean, variance = tf.nn.moments(advantages, axes=[0])
+  return (advantages - mean) / (tf.sqrt(variance) + 1e-8)
+
+
+class PPGPolicy(policy_lib.Policy):
+  """PPG behind the `clear.policy.Policy` interface (see module docstring).
+
+  Acting is stateless: `initial_state` is an empty dict. `num_updates`
+  counts policy iterations (`learn` calls that applied at least one
+  gradient step); gradient steps are counted in the `num_gradient_steps`
+  metric.
+
+  Args:
+    spec: the environment spec; every action head must be a DiscreteSpec.
+    agent_config: `clear.policy.AgentConfig` (see module docstring).
+    learner_config: `PPGConfig`, or None for an acting-only copy.
+    seed: seeds the weights, action sampling and minibatch shuffling.
+
+  Raises:
+    ValueError: for continuous action heads or an impossible config.
+  """
+
+  def __init__(self, spec: types.EnvSpec,
+               agent_config: policy_lib.AgentConfig,
+               learner_config: PPGConfig = None, seed: int = 0):
+    super().__init__(spec)
+    _check_action_spec(spec)
+    self._agent_config = agent_config
+    self.agent = PPGAgent(spec, agent_config.network,
+                          int(agent_config.core_size), seed=seed)
+    self._act = tf.function(self._act_graph, autograph=False)
+    self.config = learner_config
+    if learner_config is None:
+      return
+    validate_config(learner_config)
+    self._build_learner(learner_config, seed)
+
+  # --- Acting ----------------------------------------------------------------
+
+  def initial_state(self, batch_size):
+    del batch_size
+    return {}
+
+  def _act_graph(self, observation):
+    logits, _ = self.agent.policy_network(observation)
+    value = self.agent.value_network(observation)
+    value = self.agent.normalizer.denormalize(value)
+    action = heads_lib.sample_actions(logits, self.agent.rng)
+    return types.AgentOutput(action, logits, value)
+
+  def act(self, env_output, prev_action, state):
+    del prev_action  # Feed-forward networks.
+    observation = {k: env_output.observation[k]
+                   for k in self.spec.observation_spec}
+    return policy_lib.to_numpy(self._act(observation)), state
+
+  def get_weights(self):
+    return [v.numpy() for v in self.agent.acting_variables]
+
+  def set_weights(self, weights):
+    variables = self.agent.acting_variables
+    if len(weights) != len(variables):
+      raise ValueError(f'PPGPolicy.set_weights: got {len(weights)} arrays for '
+                       f'{len(variables)} variables.')
+    for v, w in zip(variables, weights):
+      v.assign(w)
+
+  def get_rng_state(self):
+    return {'agent': self.agent.rng.state.numpy()}
+
+  def set_rng_state(self, state):
+    self.agent.rng.state.assign(state['agent'])
+
+  def acting_checkpointables(self):
+    return {'agent': self.agent}
+
+  def init_from(self, location, scope):
+    """Loads another PPG run's weights: 'all', 'policy' or 'critic'.
+
+    'policy' is the policy network (with its auxiliary head); 'critic' the
+    value network and the value normaliser's statistics; 'all' both.
+    """
+    if scope not in policy_lib.INIT_SCOPES:
+      raise ValueError(f'init scope must be one of {policy_lib.INIT_SCOPES}, '
+                       f'got {scope!r}.')
+    # Read everything into a twin first: a checkpoint of another network
+    # fails there, before anything here is overwritten.
+    twin = PPGAgent(self.spec, self._agent_config.network,
+                    int(self._agent_config.core_size))
+    path = checkpoint_lib.restore_agent_only(location, twin)
+    critic = lambda a: (tuple(a.value_network.trainable_variables) +
+                        (a.normalizer.mean, a.normalizer.variance,
+                         a.normalizer.count))
+    policy = lambda a: tuple(a.policy_network.trainable_variables)
+    part = {'all': lambda a: policy(a) + critic(a), 'critic': critic,
+            'policy': policy}[scope]
+    for target, source in zip(part(self.agent), part(twin)):
+      target.assign(source)
+    return path
+
+  # --- Learning --------------------------------------------------------------
+
+  def _build_learner(self, config: PPGConfig, seed: int):
+    self.learning_rate = tf.Variable(config.learning_rate, trainable=False,
+                                     name='learning_rate')
+    make = lambda name: snt.optimizers.Adam(
+        self.learning_rate, epsilon=config.adam_epsilon, name=name)
+    self.policy_optimizer = make('policy_optimizer')
+    self.value_optimizer = make('value_optimizer')
+    # Slots now, so that the training loops never create variables.
+    # pylint: disable=protected-access
+    self.policy_optimizer._initialize(self._policy_variables)
+    self.value_optimizer._initialize(self._value_variables)
+    # pylint: enable=protected-access
+    counter = lambda name: tf.Variable(0, dtype=tf.int64, trainable=False,
+                                       name=name)
+    self._num_env_frames = counter('num_env_frames')
+    self._num_updates = counter('num_updates')
+    self._num_gradient_steps = counter('num_gradient_steps')
+    self._num_skipped_steps = counter('num_skipped_steps')
+    self._num_iterations = counter('num_iterations')
+    self._shuffle_rng = tf.random.Generator.from_seed(seed + 1)
+    self._memory = []
+    self._policy_phase = tf.function(self._policy_phase_graph,
+                                     autograph=False, reduce_retracing=True)
+    self._aux_phase = tf.function(self._aux_phase_graph, autograph=False,
+                                  reduce_retracing=True)
+
+  @property
+  def _policy_variables(self):
+    return self.agent.policy_network.trainable_variables
+
+  @property
+  def _value_variables(self):
+    return self.agent.value_network.trainable_variables
+
+  def _clipped_gradients(self, tape, loss, variables):
+    grads = tape.gradient(loss, variables)
+    grads = [tf.zeros_like(v) if g is None else g
+             for g, v in zip(grads, variables)]
+    norm = tf.linalg.global_norm(grads)
+    if self.config.clip_grad_norm > 0:
+      grads, _ = tf.clip_by_global_norm(grads, self.config.clip_grad_norm,
+                                        use_norm=norm)
+    return grads, norm
+
+  def _apply_if_finite(self, updates, scalars):
+    """Applies every (optimizer, grads, variables) if all scalars are finite.
+
+    Returns:
+      float32 1.0 when applied, 0.0 when skipped (and counted).
+    """
+    finite = tf.reduce_all([tf.math.is_finite(s) for s in scalars])
+
+    def apply():
+      for optimizer, grads, variables in updates:
+        optimizer.apply(grads, variables)
+      self._num_gradient_steps.assign_add(1)
+      return tf.constant(1.0)
+
+    def skip():
+      self._num_skipped_steps.assign_add(1)
+      return tf.constant(0.0)
+
+    return tf.cond(finite, apply, skip)
+
+  def _evaluate_batch(self, batch: types.Unroll):
+    """Old logits, values, advantages and targets of a `[T + 1, B]` batch.
+
+    Returns:
+      dict of flat `[T * B, ...]` tensors: observation, action, old_logits,
+      advantages, targets (value targets in the networks' value space),
+      old_values (the value network's outputs, same space); and the mean
+      return and value in return units.
+    """
+    config = self.config
+    env = batch.env_outputs
+    observation = {k: tf.convert_to_tensor(env.observation[k])
+                   for k in self.spec.observation_spec}
+    merged = tree.map_structure(_merge, observation)
+    logits, _ = self.agent.policy_network(merged)
+    raw_values = self.agent.value_network(merged)
+    time_batch = tf.shape(env.reward)
+    split = lambda x: tf.reshape(x, tf.concat([time_batch, tf.shape(x)[1:]],
+                                              axis=0))
+    logits = tree.map_structure(lambda x: split(x)[:-1], logits)
+    raw_values = split(raw_values)
+    normalizer = self.agent.normalizer
+    values = normalizer.denormalize(raw_values)
+
+    actions = {k: tf.cast(batch.agent_outputs.action[k][1:], tf.int32)
+               for k in logits}
+    rewards = losses.clip_rewards(
+        tf.cast(env.reward[1:], tf.float32) * config.reward_scaling,
+        config.reward_clipping)
+    discounts = learner_lib.transition_discounts(
+        tf.cast(env.done[1:], tf.bool), tf.cast(env.truncated[1:], tf.bool),
+        config.discounting)
+    log_rhos = None
+    if config.value_estimator == 'vtrace':
+      behaviour_logits = {k: batch.agent_outputs.logits[k][1:]
+                          for k in logits}
+      log_rhos = (_summed_log_probs(logits, actions) -
+                  _summed_log_probs(behaviour_logits, actions))
+    estimate = value_estimators.estimate(
+        config.value_estimator, rewards, discounts, values[:-1], values[-1],
+        lambda_=config.gae_lambda, log_rhos=log_rhos)
+    targets = estimate.returns
+    if config.normalize_value:
+      # A poisoned batch (skipped below) must not poison the statistics.
+      def update():
+        normalizer.update(targets)
+        return tf.constant(True)
+
+      tf.cond(tf.reduce_all(tf.math.is_finite(targets)), update,
+              lambda: tf.constant(False))
+      targets = normalizer.normalize(targets)
+    first = lambda x: x[:-1]
+    return {
+        'observation': tree.map_structure(lambda x: _merge(first(x)),
+                                          observation),
+        'action': tree.map_structure(_merge, actions),
+        'old_logits': tree.map_structure(_merge, logits),
+        'advantages': _merge(estimate.advantages),
+        'targets': _merge(targets),
+        'old_values': _merge(raw_values[:-1]),
+    }, tf.reduce_mean(estimate.returns), tf.reduce_mean(values[:-1])
+
+  def _policy_step(self, data):
+    """One minibatch step on both networks; returns its metrics."""
+    config = self.config
+    advantages = data['advantages']
+    if config.normalize_advantage:
+      advantages = _normalize_advantages(advantages)
+    with tf.GradientTape() as tape:
+      logits, _ = self.agent.policy_network(data['observation'])
+      loss, extra = ppo_surrogate_loss(logits, data['old_logits'],
+                                       data['action'], advantages,
+                                       config.clip_ratio, config.entropy_cost)
+      policy_loss = tf.reduce_mean(loss)
+    policy_grads, policy_norm = self._clipped_gradients(
+        tape, policy_loss, self._policy_variables)
+    with tf.GradientTape() as tape:
+      values = self.agent.value_network(data['observation'])
+      loss, value_extra = clipped_value_loss(
+          values, data['old_values'], data['targets'], config.value_clip)
+      value_loss = config.value_cost * tf.reduce_mean(loss)
+    value_grads, value_norm = self._clipped_gradients(tape, value_loss,
+                                                      self._value_variables)
+    applied = self._apply_if_finite(
+        [(self.policy_optimizer, policy_grads, self._policy_variables),
+         (self.value_optimizer, value_grads, self._value_variables)],
+        [policy_loss, value_loss, policy_norm, value_norm])
+    return {
+        'loss/policy': tf.reduce_mean(extra.policy_loss),
+        'loss/value': value_loss,
+        'loss/entropy': -tf.reduce_mean(extra.entropy),
+        'policy/entropy': tf.reduce_mean(extra.entropy),
+        'policy/approx_kl': tf.reduce_mean(extra.approx_kl),
+        'policy/clip_fraction': tf.reduce_mean(extra.clipped),
+        'value/clip_fraction': tf.reduce_mean(value_extra.clipped),
+        'advantage/abs_max': tf.reduce_max(tf.abs(advantages)),
+        'grad_norm/policy': policy_norm,
+        'grad_norm/value': value_norm,
+    }, applied
+
+  def _loop(self, step_fn, names, data, indices):
+    """Runs `step_fn` on every row of minibatch `indices`; mean metrics.
+
+    `step_fn(minibatch)` returns (dict `names` -> float32 scalar metrics,
+    float32 1.0 when its update was applied else 0.0).
+
+    Returns:
+      (dict of metrics averaged over the steps, number of applied steps).
+    """
+    num_steps = tf.shape(indices)[0]
+
+    def body(i, sums, applied):
+      metrics, step_applied = step_fn(_gather(data, indices[i]))
+      sums = {k: sums[k] + metrics[k] for k in names}
+      return i + 1, sums, applied + step_applied
+
+    _, sums, applied = tf.while_loop(
+        lambda i, *_: i < num_steps, body,
+        (tf.constant(0), {k: tf.constant(0.0) for k in names},
+         tf.constant(0.0)))
+    count = tf.cast(tf.maximum(num_steps, 1), tf.float32)
+    return {k: v / count for k, v in sums.items()}, applied
+
+  def _policy_phase_graph(self, batch: types.Unroll):
+    config = self.config
+    self._decay_learning_rate()
+    data, mean_return, mean_value = self._evaluate_batch(batch)
+    num_samples = tf.shape(data['advantages'])[0]
+    indices = _minibatch_indices(self._shuffle_rng, num_samples,
+                                 config.policy_epochs, config.num_minibatches)
+    metrics, applied = self._loop(self._policy_step, _POLICY_STEP_METRICS,
+                                  data, indices)
+    num_steps = tf.shape(indices)[0]
+    self._num_updates.assign_add(tf.cast(applied > 0, tf.int64))
+    self._num_iterations.assign_add(1)
+    metrics.update({
+        'value/mean_return': mean_return,
+        'value/mean_value': mean_value,
+        'skipped': applied < tf.cast(num_steps, tf.float32),
+    })
+    memory = {k: data[k] for k in ('observation', 'targets', 'old_values')}
+    return metrics, memory
+
+  def _aux_step(self, data):
+    config = self.config
+    with tf.GradientTape() as tape:
+      logits, aux_values = self.agent.policy_network(data['observation'])
+      loss, extra = ppg_aux_loss(logits, data['old_logits'], aux_values,
+                                 data['targets'], config.aux_bc_weight)
+      aux_loss = tf.reduce_mean(loss)
+    policy_grads, policy_norm = self._clipped_gradients(
+        tape, aux_loss, self._policy_variables)
+    with tf.GradientTape() as tape:
+      values = self.agent.value_network(data['observation'])
+      loss, _ = clipped_value_loss(values, data['old_values'],
+                                   data['targets'], config.value_clip)
+      value_loss = tf.reduce_mean(loss)
+    value_grads, value_norm = self._clipped_gradients(tape, value_loss,
+                                                      self._value_variables)
+    applied = self._apply_if_finite(
+        [(self.policy_optimizer, policy_grads, self._policy_variables),
+         (self.value_optimizer, value_grads, self._value_variables)],
+        [aux_loss, value_loss, policy_norm, value_norm])
+    return {
+        'aux/loss': aux_loss,
+        'aux/value_loss': tf.reduce_mean(extra.aux_value_loss),
+        'aux/bc_kl': tf.reduce_mean(extra.bc_kl),
+        'aux/value_net_loss': value_loss,
+        'aux/grad_norm_policy': policy_norm,
+        'aux/grad_norm_value': value_norm,
+    }, applied
+
+  def _aux_phase_graph(self, memory, num_minibatches):
+    config = self.config
+    old_logits, _ = self.agent.policy_network(memory['observation'])
+    data = dict(memory, old_logits=old_logits)
+    num_samples = tf.shape(memory['targets'])[0]
+    indices = _minibatch_indices(self._shuffle_rng, num_samples,
+                                 config.aux_train_epoch, num_minibatches)
+    metrics, applied = self._loop(self._aux_step, _AUX_STEP_METRICS, data,
+                                  indices)
+    metrics['aux/skipped'] = applied < tf.cast(tf.shape(indices)[0],
+                                               tf.float32)
+    return metrics
+
+  def _decay_learning_rate(self):
+    if not self.config.decay_learning_rate:
+      return
+    progress = tf.cast(self._num_env_frames, tf.float32) / float(
+        self.config.total_environment_frames)
+    self.learning_rate.assign(self.config.learning_rate *
+                              tf.maximum(0.0, 1.0 - progress))
+
+  def _run_aux_phase(self):
+    """Concatenates the memory, trains on it and clears it."""
+    memory = tree.map_structure(lambda *x: tf.concat(x, axis=0),
+                                *self._memory)
+    num_minibatches = self.config.aux_num_minibatches or (
+        self.config.num_minibatches * len(self._memory))
+    self._memory = []
+    return self._aux_phase(memory, tf.constant(num_minibatches))
+
+  def learn(self, batch: types.Unroll):
+    """One PPG policy iteration (and an auxiliary phase every aux_freq).
+
+    Args:
+      batch: `types.Unroll` of `[T + 1, B, ...]` numpy arrays or tensors,
+        fresh from the actors.
+
+    Returns:
+      dict of numpy scalars (see the module docstring).
+    """
+    if self.config is None:
+      raise NotImplementedError('PPGPolicy: this copy only acts.')
+    metrics, memory = self._policy_phase(batch)
+    self._num_env_frames.assign_add(learner_lib.frames_in_batch(
+        batch, 0, self.config))
+    self._memory.append(memory)
+    skipped = bool(metrics['skipped'])
+    if int(self._num_iterations.numpy()) % self.config.aux_freq == 0:
+      if self.config.aux_train_epoch > 0:
+        aux_metrics = self._run_aux_phase()
+        skipped = skipped or bool(aux_metrics.pop('aux/skipped'))
+        metrics.update(aux_metrics)
+      self._memory = []
+    metrics = policy_lib.to_numpy(metrics)
+    metrics.update({
+        'skipped': np.bool_(skipped),
+        'learning_rate/policy': self.learning_rate.numpy(),
+        'learning_rate/value': self.learning_rate.numpy(),
+        'num_env_frames': self._num_env_frames.numpy(),
+        'num_updates': self._num_updates.numpy(),
+        'num_gradient_steps': self._num_gradient_steps.numpy(),
+        'num_skipped_steps': self._num_skipped_steps.numpy(),
+    })
+    step = self._num_iterations
+    for name, value in metrics.items():
+      if name != 'skipped':
+        tf.summary.scalar(name, value, step=step)
+    return metrics
+
+  def trace(self, example_batch, critic=False):
+    """Traces both phases for batches shaped like `example_batch`."""
+    del critic
+    if tf.config.functions_run_eagerly():
+      return  # Nothing would use the graphs.
+    spec_of = lambda x: tf.TensorSpec(np.shape(x),
+                                      tf.as_dtype(np.asarray(x).dtype))
+    self._policy_phase.get_concrete_function(
+        tree.map_structure(spec_of, example_batch))
+    if self.config.aux_train_epoch > 0:
+      observation = example_batch.env_outputs.observation
+      memory = {
+          'observation': {
+              k: tf.TensorSpec([None] + list(np.shape(observation[k])[2:]),
+                               tf.as_dtype(np.asarray(observation[k]).dtype))
+              for k in self.spec.observation_spec},
+          'targets': tf.TensorSpec([None], tf.float32),
+          'old_values': tf.TensorSpec([None], tf.float32)}
+      self._aux_phase.get_concrete_function(
+          memory, tf.TensorSpec([], tf.int32))
+
+  # --- Bookkeeping -----------------------------------------------------------
+
+  @property
+  def num_env_frames(self):
+    return int(self._num_env_frames.numpy())
+
+  @property
+  def num_updates(self):
+    return int(self._num_updates.numpy())
+
+  def add_env_frames(self, frames):
+    self._num_env_frames.assign_add(int(frames))
+
+  def checkpointables(self):
+    return {'agent': self.agent,
+            'policy_optimizer': self.policy_optimizer,
+            'value_optimizer': self.value_optimizer,
+            'learning_rate': self.learning_rate,
+            'num_env_frames': self._num_env_frames,
+            'num_updates': self._num_updates,
+            'num_iterations': self._num_iterations,
+            'num_gradient_steps': self._num_gradient_steps,
+            'num_skipped_steps': self._num_skipped_steps,
+            'shuffle_rng': self._shuffle_rng}
