@@ -6,10 +6,11 @@ Prints one JSON object with, per case: env frames per second (from the first
 update, and over the second half of the run), learner updates per second,
 seconds from launch to the first update, seconds and frames to the return
 threshold (100-episode mean), the final 100-episode mean, peak memory of the
-process tree, mean policy lag and the replay share.
+process tree, CPU time of the run, mean policy lag and the replay share.
 
   python -m benchmarks.train                  # CartPole and Pong, replay 0/50%
   python -m benchmarks.train --cases=cartpole_clear --quick
+  python -m benchmarks.train --cases=ppg_cartpole,sac_pendulum,ddpg_pendulum
 """
 
 import collections
@@ -17,6 +18,7 @@ import glob
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -48,6 +50,15 @@ CASES = {
                     300_000, 20_000, 18.0),
     'pong_clear': (['--env=atari:Pong', '--replay_proportion=0.5'],
                    300_000, 20_000, 18.0),
+    # The ports, inline (one process: CPU time is the run's whole cost).
+    'ppg_cartpole': (['--algorithm=ppg', '--env=gym:CartPole-v1',
+                      '--backend=inline'], 150_000, 20_000, 475.0),
+    'sac_pendulum': (['--algorithm=sac', '--env=gym:Pendulum-v1',
+                      '--backend=inline'], 32_000, 4_000, -250.0),
+    'ddpg_pendulum': (['--algorithm=ddpg', '--env=gym:Pendulum-v1',
+                       '--backend=inline'], 32_000, 4_000, -300.0),
+    'sac_discrete_cartpole': (['--algorithm=sac', '--env=gym:CartPole-v1',
+                               '--backend=inline'], 100_000, 4_000, 475.0),
 }
 
 
@@ -67,6 +78,20 @@ def tree_memory(process: psutil.Process):
     rss += info.rss
     pss += info.pss
   return rss, pss
+
+
+def tree_cpu(process: psutil.Process) -> float:
+  """CPU seconds (user + system) used so far by a process and its
+  descendants, including their finished children."""
+  total = 0.0
+  for p in [process] + process.children(recursive=True):
+    try:
+      times = p.cpu_times()
+    except psutil.Error:
+      continue
+    total += times.user + times.system + times.children_user + (
+        times.children_system)
+  return total
 
 
 def read_events(logdir):
@@ -112,32 +137,42 @@ def run_case(name, logdir):
          f'--total_environment_frames={total}', '--log_interval_s=5']
   env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='2')
   launch = time.time()
+  cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
   process = subprocess.Popen(cmd, cwd=ROOT, env=env,
                              stdout=subprocess.DEVNULL,
                              stderr=open(os.path.join(logdir, 'stderr.log'),
                                          'w'))
   watched = psutil.Process(process.pid)
   peak_rss = peak_pss = 0
+  cpu_samples = []  # (wall time, CPU seconds of the process tree so far)
   while process.poll() is None:
     rss, pss = tree_memory(watched)
     peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
+    cpu_samples.append((time.time(), tree_cpu(watched)))
     time.sleep(0.5)
   wall = time.time() - launch
+  cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+  cpu = (cpu_after.ru_utime - cpu_before.ru_utime +
+         cpu_after.ru_stime - cpu_before.ru_stime)
   if process.returncode:
     raise RuntimeError(f'{name} failed; see {logdir}/stderr.log')
   events = read_events(logdir)
-  steps = events['num_steps']
-  frames_series = events['num_env_frames']
-  first_update = steps[0][0]
+  steps = events['runtime/num_updates']
+  frames_series = events['runtime/num_env_frames']
+  first_update = events['runtime/first_update_s'][0][0]
   end = frames_series[-1][0]
   returns = events[next(t for t in events if t.endswith('/return'))]
   seconds, frames_at = time_to_threshold(returns, threshold, launch)
+  cpu_at = None
+  if seconds is not None:
+    cpu_at = next((c for t, c in cpu_samples if t >= launch + seconds),
+                  cpu)
   final = [v for _, _, v in returns[-100:]]
   lags = [v for _, _, v in events['runtime/policy_lag']]
   num_replay = 0.5 if '--replay_proportion=0.5' in args else 0.0
   return {
       'flags': args, 'total_environment_frames': total,
-      'wall_time_s': wall,
+      'wall_time_s': wall, 'cpu_time_s': cpu,
       'launch_to_first_update_s': first_update - launch,
       'env_frames_per_s_from_first_update': rate(frames_series, first_update),
       'env_frames_per_s_second_half': rate(
@@ -145,6 +180,7 @@ def run_case(name, logdir):
       'updates_per_s': rate(steps, first_update),
       'return_threshold': threshold,
       'time_to_threshold_s': seconds, 'frames_to_threshold': frames_at,
+      'cpu_time_to_threshold_s': cpu_at,
       'final_100_episode_mean_return': float(np.mean(final)) if final else
                                        None,
       'episodes': len(returns),

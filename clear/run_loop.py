@@ -490,6 +490,8 @@ def _log_progress(run: _Run, pool, frame_rate, step_rate, total):
   fps = frame_rate.measure(run.frames)
   ups = step_rate.measure(run.version)
   step = run.frames
+  tf.summary.scalar('runtime/num_env_frames', run.frames, step=step)
+  tf.summary.scalar('runtime/num_updates', run.version, step=step)
   tf.summary.scalar('runtime/env_frames_per_s', fps, step=step)
   tf.summary.scalar('runtime/updates_per_s', ups, step=step)
   lag = float(np.mean(run.lags)) if run.lags else 0.0
@@ -642,6 +644,8 @@ def train(config: RunConfig,
               first_update_s = time.monotonic() - start
               logging.info('First update %.1f s after launch.',
                            first_update_s)
+              tf.summary.scalar('runtime/first_update_s', first_update_s,
+                                step=run.frames)
             pool.publish(run.policy.get_weights(), run.version)
         now = time.monotonic()
         if now - last_log >= config.log_interval_s:
