@@ -63,6 +63,7 @@ import sonnet as snt
 import tensorflow as tf
 
 from agents import initializers
+from clear import learner as learner_lib
 from clear import off_policy
 from clear import types
 
@@ -340,9 +341,9 @@ class DDPGPolicy(off_policy.OffPolicyPolicy):
       actor_loss = tf.reduce_mean(terms.loss_actor)
       critic_loss = tf.reduce_mean(terms.loss_value)
 
-    critic_grads, critic_norm = off_policy.clipped_gradients(
+    critic_grads, critic_norm = learner_lib.clipped_gradients(
         tape, critic_loss, critic_vars, c.clip_grad_norm)
-    actor_grads, actor_norm = off_policy.clipped_gradients(
+    actor_grads, actor_norm = learner_lib.clipped_gradients(
         tape, actor_loss, actor_vars, c.clip_grad_norm)
     del tape
     finite = off_policy.all_finite([critic_loss, actor_loss, critic_norm,

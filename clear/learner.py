@@ -187,6 +187,22 @@ def _discrete_heads(aligned: AlignedBatch):
           {k: aligned.behaviour.action[k] for k in names})
 
 
+def clipped_gradients(tape, loss, variables, clip_norm: float):
+  """Gradients of `loss` (zeros where unused), clipped by global norm
+  (`clip_norm` 0: not clipped).
+
+  Returns:
+    (gradients, global norm before clipping).
+  """
+  grads = tape.gradient(loss, variables)
+  grads = [tf.zeros_like(v) if g is None else g
+           for g, v in zip(grads, variables)]
+  norm = tf.linalg.global_norm(grads)
+  if clip_norm > 0:
+    grads, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=norm)
+  return grads, norm
+
+
 def _all_finite(loss, grad_norm):
   return tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(grad_norm))
 
@@ -245,21 +261,6 @@ class ImpalaClearLearner(snt.Module):
     self.learning_rate.assign(self.config.learning_rate *
                               tf.maximum(0.0, 1.0 - progress))
 
-  def _gradients(self, tape, loss, variables):
-    """Gradients (zeros for unused variables), clipped by global norm.
-
-    Returns:
-      (clipped gradients, global norm before clipping).
-    """
-    grads = tape.gradient(loss, variables)
-    grads = [tf.zeros_like(v) if g is None else g
-             for g, v in zip(grads, variables)]
-    norm = tf.linalg.global_norm(grads)
-    if self.config.clip_grad_norm > 0:
-      grads, _ = tf.clip_by_global_norm(grads, self.config.clip_grad_norm,
-                                        use_norm=norm)
-    return grads, norm
-
   @snt.no_name_scope
   def _update(self, batch, grads_fn, optimizer, variables, loss_key, prefix):
     """Computes gradients, applies them if finite, counts, summarises."""
@@ -312,8 +313,8 @@ class ImpalaClearLearner(snt.Module):
           policy_cloning_cost=self.config.policy_cloning_cost,
           value_cloning_cost=self.config.value_cloning_cost,
           clip_advantage=self.config.clip_advantage)
-    grads, grad_norm = self._gradients(tape, loss,
-                                       self.agent.trainable_variables)
+    grads, grad_norm = clipped_gradients(tape, loss, self.agent.trainable_variables,
+                                         self.config.clip_grad_norm)
     steps = tf.cast(tf.size(rewards), tf.float32)
     metrics = {
         'loss/total': loss,
@@ -353,8 +354,8 @@ class ImpalaClearLearner(snt.Module):
                                           aligned.bootstrap_value)
       loss = 0.5 * tf.reduce_sum(
           tf.square(returns - aligned.target.baseline))
-    grads, grad_norm = self._gradients(tape, loss,
-                                       self.agent.critic_variables)
+    grads, grad_norm = clipped_gradients(tape, loss, self.agent.critic_variables,
+                                         self.config.clip_grad_norm)
     return grads, {'loss/baseline': loss, 'grad_norm': grad_norm,
                    'value/mean_baseline': tf.reduce_mean(
                        aligned.target.baseline),

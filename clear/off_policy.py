@@ -552,21 +552,6 @@ def segment_priorities(squared_errors, mask):
   return tf.stop_gradient(tf.sqrt(total / count))
 
 
-def clipped_gradients(tape, loss, variables, clip_norm: float):
-  """Gradients of `loss` (zeros where unused), clipped by global norm.
-
-  Returns:
-    (gradients, global norm before clipping).
-  """
-  grads = tape.gradient(loss, variables)
-  grads = [tf.zeros_like(v) if g is None else g
-           for g, v in zip(grads, variables)]
-  norm = tf.linalg.global_norm(grads)
-  if clip_norm > 0:
-    grads, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=norm)
-  return grads, norm
-
-
 def make_adam(learning_rate: float, variables) -> snt.optimizers.Adam:
   """Adam whose slots exist already (so updates can run in a while loop)."""
   optimizer = snt.optimizers.Adam(learning_rate)
@@ -783,22 +768,8 @@ class OffPolicyPolicy(policy_lib.Policy, abc.ABC):
   def acting_variables(self) -> List[tf.Variable]:
     return list(self.agent.variables)
 
-  def get_weights(self):
-    return [v.numpy() for v in self.acting_variables()]
-
-  def set_weights(self, weights):
-    variables = self.acting_variables()
-    if len(weights) != len(variables):
-      raise ValueError(f'set_weights: got {len(weights)} arrays for '
-                       f'{len(variables)} variables.')
-    for v, w in zip(variables, weights):
-      v.assign(w)
-
-  def get_rng_state(self):
-    return {'agent': self.agent.rng.state.numpy()}
-
-  def set_rng_state(self, state):
-    self.agent.rng.state.assign(state['agent'])
+  def sampling_rng(self):
+    return self.agent.rng
 
   # --- Learning ---------------------------------------------------------------
 

@@ -10,7 +10,7 @@ structures, batched `[B, ...]` for acting and `[T + 1, B, ...]` for learning.
 """
 
 import abc
-from typing import Dict, NamedTuple, Optional
+from typing import Dict, NamedTuple, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -94,12 +94,26 @@ class Policy(abc.ABC):
     """Acts on a batch: returns (`AgentOutput` `[B]`, new state)."""
 
   @abc.abstractmethod
+  def acting_variables(self) -> Sequence[tf.Variable]:
+    """The variables actors need, in a fixed order."""
+
+  def sampling_rng(self) -> Optional[tf.random.Generator]:
+    """The generator acting samples with, if any (see `get_rng_state`)."""
+    return None
+
   def get_weights(self):
     """The acting weights, a list of numpy arrays."""
+    return [v.numpy() for v in self.acting_variables()]
 
-  @abc.abstractmethod
   def set_weights(self, weights):
     """Loads weights from `get_weights`."""
+    variables = self.acting_variables()
+    if len(weights) != len(variables):
+      raise ValueError(f'{type(self).__name__}.set_weights: got '
+                       f'{len(weights)} arrays for {len(variables)} '
+                       'variables.')
+    for v, w in zip(variables, weights):
+      v.assign(w)
 
   def learn(self, batch: types.Unroll) -> Dict[str, np.ndarray]:
     """One update on a time-major batch; returns scalar stats."""
@@ -145,15 +159,16 @@ class Policy(abc.ABC):
                      f'{type(self).__name__}.')
 
   def get_rng_state(self) -> Dict[str, np.ndarray]:
-    """The acting RNG's state, so a resumed actor samples the same actions.
-
-    Policies that sample must override this and `set_rng_state`; without
-    it a resumed run is still correct, only not a bit-exact continuation.
+    """The state of `sampling_rng`, so a resumed actor samples the same
+    actions (a policy without one resumes correctly, just not bit-exactly).
     """
-    return {}
+    rng = self.sampling_rng()
+    return {} if rng is None else {'rng': rng.state.numpy()}
 
   def set_rng_state(self, state: Dict[str, np.ndarray]):
-    del state
+    rng = self.sampling_rng()
+    if rng is not None:
+      rng.state.assign(state['rng'])
 
   def acting_checkpointables(self) -> Dict[str, tf.Module]:
     """What acting needs from a checkpoint, named as in `checkpointables`
@@ -203,16 +218,11 @@ class ImpalaPolicy(Policy):
     output, state = self._step(env_output, prev_action, state)
     return to_numpy(output), to_numpy(state)
 
-  def get_weights(self):
-    return [v.numpy() for v in self.agent.trainable_variables]
+  def acting_variables(self):
+    return self.agent.trainable_variables
 
-  def set_weights(self, weights):
-    variables = self.agent.trainable_variables
-    if len(weights) != len(variables):
-      raise ValueError(f'set_weights: got {len(weights)} arrays for '
-                       f'{len(variables)} variables.')
-    for v, w in zip(variables, weights):
-      v.assign(w)
+  def sampling_rng(self):
+    return self.agent.rng
 
   def init_from(self, location, scope):
     if scope not in INIT_SCOPES:
@@ -233,12 +243,6 @@ class ImpalaPolicy(Policy):
 
   def acting_checkpointables(self):
     return {'agent': self.agent}
-
-  def get_rng_state(self):
-    return {'agent': self.agent.rng.state.numpy()}
-
-  def set_rng_state(self, state):
-    self.agent.rng.state.assign(state['agent'])
 
   def learn(self, batch):
     return to_numpy(self.learner.step(batch))

@@ -676,22 +676,11 @@ class PPGPolicy(policy_lib.Policy):
                    for k in self.spec.observation_spec}
     return policy_lib.to_numpy(self._act(observation)), state
 
-  def get_weights(self):
-    return [v.numpy() for v in self.agent.acting_variables]
+  def acting_variables(self):
+    return self.agent.acting_variables
 
-  def set_weights(self, weights):
-    variables = self.agent.acting_variables
-    if len(weights) != len(variables):
-      raise ValueError(f'PPGPolicy.set_weights: got {len(weights)} arrays for '
-                       f'{len(variables)} variables.')
-    for v, w in zip(variables, weights):
-      v.assign(w)
-
-  def get_rng_state(self):
-    return {'agent': self.agent.rng.state.numpy()}
-
-  def set_rng_state(self, state):
-    self.agent.rng.state.assign(state['agent'])
+  def sampling_rng(self):
+    return self.agent.rng
 
   def acting_checkpointables(self):
     return {'agent': self.agent}
@@ -755,16 +744,6 @@ class PPGPolicy(policy_lib.Policy):
   @property
   def _value_variables(self):
     return self.agent.value_network.trainable_variables
-
-  def _clipped_gradients(self, tape, loss, variables):
-    grads = tape.gradient(loss, variables)
-    grads = [tf.zeros_like(v) if g is None else g
-             for g, v in zip(grads, variables)]
-    norm = tf.linalg.global_norm(grads)
-    if self.config.clip_grad_norm > 0:
-      grads, _ = tf.clip_by_global_norm(grads, self.config.clip_grad_norm,
-                                        use_norm=norm)
-    return grads, norm
 
   def _apply_if_finite(self, updates, scalars):
     """Applies every (optimizer, grads, variables) if all scalars are finite.
@@ -860,15 +839,15 @@ class PPGPolicy(policy_lib.Policy):
                                        data['action'], advantages,
                                        config.clip_ratio, config.entropy_cost)
       policy_loss = tf.reduce_mean(loss)
-    policy_grads, policy_norm = self._clipped_gradients(
-        tape, policy_loss, self._policy_variables)
+    policy_grads, policy_norm = learner_lib.clipped_gradients(
+        tape, policy_loss, self._policy_variables, self.config.clip_grad_norm)
     with tf.GradientTape() as tape:
       values = self.agent.value_network(data['observation'])
       loss, value_extra = clipped_value_loss(
           values, data['old_values'], data['targets'], config.value_clip)
       value_loss = config.value_cost * tf.reduce_mean(loss)
-    value_grads, value_norm = self._clipped_gradients(tape, value_loss,
-                                                      self._value_variables)
+    value_grads, value_norm = learner_lib.clipped_gradients(
+        tape, value_loss, self._value_variables, self.config.clip_grad_norm)
     applied = self._apply_if_finite(
         [(self.policy_optimizer, policy_grads, self._policy_variables),
          (self.value_optimizer, value_grads, self._value_variables)],
@@ -936,15 +915,15 @@ class PPGPolicy(policy_lib.Policy):
       loss, extra = ppg_aux_loss(logits, data['old_logits'], aux_values,
                                  data['targets'], config.aux_bc_weight)
       aux_loss = tf.reduce_mean(loss)
-    policy_grads, policy_norm = self._clipped_gradients(
-        tape, aux_loss, self._policy_variables)
+    policy_grads, policy_norm = learner_lib.clipped_gradients(
+        tape, aux_loss, self._policy_variables, self.config.clip_grad_norm)
     with tf.GradientTape() as tape:
       values = self.agent.value_network(data['observation'])
       loss, _ = clipped_value_loss(values, data['old_values'],
                                    data['targets'], config.value_clip)
       value_loss = tf.reduce_mean(loss)
-    value_grads, value_norm = self._clipped_gradients(tape, value_loss,
-                                                      self._value_variables)
+    value_grads, value_norm = learner_lib.clipped_gradients(
+        tape, value_loss, self._value_variables, self.config.clip_grad_norm)
     applied = self._apply_if_finite(
         [(self.policy_optimizer, policy_grads, self._policy_variables),
          (self.value_optimizer, value_grads, self._value_variables)],

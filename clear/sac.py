@@ -103,6 +103,7 @@ import tensorflow as tf
 
 from agents import heads
 from agents import initializers
+from clear import learner as learner_lib
 from clear import off_policy
 from clear import types
 
@@ -820,14 +821,14 @@ class SACPolicy(off_policy.OffPolicyPolicy):
                                    self.target_entropy[part])
         alpha_loss += tf.reduce_mean(losses)
 
-    critic_grads, critic_norm = off_policy.clipped_gradients(
+    critic_grads, critic_norm = learner_lib.clipped_gradients(
         tape, critic_loss, critic_vars, c.clip_grad_norm)
-    alpha_grads, alpha_norm = off_policy.clipped_gradients(
+    alpha_grads, alpha_norm = learner_lib.clipped_gradients(
         tape, alpha_loss, self.alpha_variables, c.clip_grad_norm)
     checks = [critic_loss, alpha_loss, critic_norm, alpha_norm]
     actor_grads = []
     if agent.actor is not None:
-      actor_grads, actor_norm = off_policy.clipped_gradients(
+      actor_grads, actor_norm = learner_lib.clipped_gradients(
           tape, actor_loss, actor_vars, c.clip_grad_norm)
       checks += [actor_loss, actor_norm]
     del tape

@@ -502,8 +502,8 @@ def test_checkpoint_round_trip(tmp_path):
     for u, v in zip(getattr(a, 'variables', [a]), getattr(b, 'variables',
                                                           [b])):
       np.testing.assert_array_equal(u.numpy(), v.numpy())
-  np.testing.assert_array_equal(restored.get_rng_state()['agent'],
-                                policy.get_rng_state()['agent'])
+  np.testing.assert_array_equal(restored.get_rng_state()['rng'],
+                                policy.get_rng_state()['rng'])
   assert restored.acting_checkpointables() == {'agent': restored.agent}
   # --init_from: only the chosen part is loaded into a fresh policy.
   fresh = sac.SACPolicy(spec, AGENT, _config(), seed=6)
