@@ -140,11 +140,6 @@ def find_checkpoint(location: str) -> str:
   raise CheckpointError(f'No checkpoint in {location}; train first.')
 
 
-def restore_agent_only(location: str, agent) -> str:
-  """Restores just the agent's weights (see `restore_part`)."""
-  return restore_part(location, {'agent': agent})
-
-
 def restore_part(location: str, trackables: Dict[str, object]) -> str:
   """Restores some named objects from a checkpoint (see `find_checkpoint`
   for `location`), e.g. just what acting needs.

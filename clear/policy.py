@@ -233,7 +233,7 @@ class ImpalaPolicy(Policy):
     twin = agents.make_agent(self.spec, network=self._agent_config.network,
                              core_size=self._agent_config.core_size,
                              separate_critic=self._agent_config.separate_critic)
-    path = checkpoint_lib.restore_agent_only(location, twin)
+    path = checkpoint_lib.restore_part(location, {'agent': twin})
     part = {'all': lambda a: a.trainable_variables,
             'critic': lambda a: a.critic_variables,
             'policy': lambda a: a.policy_variables}[scope]

@@ -698,7 +698,7 @@ class PPGPolicy(policy_lib.Policy):
     # fails there, before anything here is overwritten.
     twin = PPGAgent(self.spec, self._agent_config.network,
                     int(self._agent_config.core_size))
-    path = checkpoint_lib.restore_agent_only(location, twin)
+    path = checkpoint_lib.restore_part(location, {'agent': twin})
     critic = lambda a: (tuple(a.value_network.trainable_variables) +
                         (a.normalizer.mean, a.normalizer.variance,
                          a.normalizer.count))

@@ -264,9 +264,10 @@ class _Run:
     """
     directory = self._state_dir(
         checkpoint_lib.checkpoint_number(self.restored))
+    item = self._item_template()
     for name, buffer in self._buffers().items():
       try:
-        buffer.restore(os.path.join(directory, name), self._item_template())
+        buffer.restore(os.path.join(directory, name), item)
       except (OSError, ValueError, KeyError) as e:
         if not self.config.allow_empty_replay_on_resume:
           raise checkpoint_lib.CheckpointError(
@@ -285,8 +286,7 @@ class _Run:
       num_pending = int(state['num_pending'])
       pending = []
       if num_pending:
-        template = actor_lib.stack_nests([self._item_template()] *
-                                         num_pending)
+        template = actor_lib.stack_nests([item] * num_pending)
         pending = split_batch_major(
             snapshot.unflatten_nest('pending', state, template), num_pending)
     except (OSError, ValueError, KeyError) as e:

@@ -160,8 +160,11 @@ class GymEnv(single.SingleEnv):
       layer = layer.env
     yield layer
 
+  def _snapshots_supported(self) -> bool:
+    return type(self._env.unwrapped).__module__.startswith(SNAPSHOT_MODULES)
+
   def get_state(self):
-    if not type(self._env.unwrapped).__module__.startswith(SNAPSHOT_MODULES):
+    if not self._snapshots_supported():
       return super().get_state()
     layers = []
     for layer in self._layers():
@@ -172,7 +175,7 @@ class GymEnv(single.SingleEnv):
             'seeded': np.array(self._seeded)}
 
   def set_state(self, state):
-    if not type(self._env.unwrapped).__module__.startswith(SNAPSHOT_MODULES):
+    if not self._snapshots_supported():
       super().set_state(state)
     layers = snapshot.from_json_array(state['layers'])
     targets = list(self._layers())

@@ -79,8 +79,8 @@ def test_resume_restores_weights_and_optimizer_slots(tmp_path):
                                  config.agent_config, seed=config.seed)
   assert any(np.any(a != b) for a, b in zip(fresh.get_weights(),
                                              run.policy.get_weights()))
-  checkpoint_lib.restore_agent_only(
-      os.path.join(str(tmp_path), 'checkpoints'), fresh.agent)
+  checkpoint_lib.restore_part(os.path.join(str(tmp_path), 'checkpoints'),
+                              {'agent': fresh.agent})
   for a, b in zip(fresh.get_weights(), run.policy.get_weights()):
     np.testing.assert_array_equal(a, b)
   # Optimizer slots are created lazily and restored when they appear:
