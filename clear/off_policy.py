@@ -48,7 +48,6 @@ import tree
 
 from agents import initializers
 from agents import torsos
-from clear import checkpoint as checkpoint_lib
 from clear import learner as learner_lib
 from clear import policy as policy_lib
 from clear import replay as replay_lib
@@ -972,24 +971,12 @@ class OffPolicyPolicy(policy_lib.Policy, abc.ABC):
   def acting_checkpointables(self):
     return {'agent': self.agent}
 
-  def init_from(self, location: str, scope: str) -> str:
-    """Loads another run's weights: 'policy' (what acts, temperatures
-    included), 'critic' (critics and their targets) or 'all'.
+  def _init_twin(self):
+    return type(self)(self.spec, self.agent_config, self.config)
 
-    The checkpoint is read into a twin first, so one written for another
-    network fails before anything here is overwritten.
-    """
-    if scope not in policy_lib.INIT_SCOPES:
-      raise ValueError(f'init scope must be one of {policy_lib.INIT_SCOPES}, '
-                       f'got {scope!r}.')
-    twin = type(self)(self.spec, self.agent_config, self.config)
-    networks = {k: v for k, v in twin.checkpointables().items()
-                if k == 'agent' or k.endswith(('critics', 'actor'))}
-    path = checkpoint_lib.restore_part(location, networks)
-    for target, source in zip(self._scope_variables(scope),
-                              twin._scope_variables(scope)):
-      target.assign(source)
-    return path
+  def _weight_checkpointables(self):
+    return {k: v for k, v in self.checkpointables().items()
+            if k == 'agent' or k.endswith(('critics', 'actor'))}
 
   def replay_buffers(self):
     return {'transitions': self.buffer}

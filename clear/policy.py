@@ -147,6 +147,10 @@ class Policy(abc.ABC):
   def init_from(self, location: str, scope: str) -> str:
     """Loads some of another run's weights into this fresh policy.
 
+    The checkpoint is read into a twin first, then the chosen part is
+    copied: a checkpoint of another network fails before anything here is
+    overwritten.
+
     Args:
       location: a run's logdir, checkpoints folder or checkpoint path.
       scope: one of `INIT_SCOPES`: 'all' weights, only the 'critic' (e.g.
@@ -155,8 +159,31 @@ class Policy(abc.ABC):
     Returns:
       The checkpoint read.
     """
+    if scope not in INIT_SCOPES:
+      raise ValueError(f'init scope must be one of {INIT_SCOPES}, got '
+                       f'{scope!r}.')
+    # pylint: disable=protected-access
+    twin = self._init_twin()
+    path = checkpoint_lib.restore_part(location,
+                                       twin._weight_checkpointables())
+    for target, source in zip(self._scope_variables(scope),
+                              twin._scope_variables(scope)):
+      target.assign(source)
+    return path
+
+  def _init_twin(self) -> 'Policy':
+    """A fresh policy with the same networks, for `init_from` to read into."""
     raise ValueError(f'--init_from is not supported by '
                      f'{type(self).__name__}.')
+
+  def _weight_checkpointables(self) -> Dict[str, tf.Module]:
+    """The checkpoint entries holding every weight `_scope_variables`
+    names (default: what acting needs)."""
+    return self.acting_checkpointables()
+
+  def _scope_variables(self, scope: str) -> Sequence[tf.Variable]:
+    """The variables `init_from` loads for an `INIT_SCOPES` scope."""
+    raise NotImplementedError
 
   def get_rng_state(self) -> Dict[str, np.ndarray]:
     """The state of `sampling_rng`, so a resumed actor samples the same
@@ -224,22 +251,14 @@ class ImpalaPolicy(Policy):
   def sampling_rng(self):
     return self.agent.rng
 
-  def init_from(self, location, scope):
-    if scope not in INIT_SCOPES:
-      raise ValueError(f'init scope must be one of {INIT_SCOPES}, got '
-                       f'{scope!r}.')
-    # Read everything into a twin, then copy the chosen part: a checkpoint
-    # of another network fails here, before anything is overwritten.
-    twin = agents.make_agent(self.spec, network=self._agent_config.network,
-                             core_size=self._agent_config.core_size,
-                             separate_critic=self._agent_config.separate_critic)
-    path = checkpoint_lib.restore_part(location, {'agent': twin})
-    part = {'all': lambda a: a.trainable_variables,
-            'critic': lambda a: a.critic_variables,
-            'policy': lambda a: a.policy_variables}[scope]
-    for target, source in zip(part(self.agent), part(twin)):
-      target.assign(source)
-    return path
+  def _init_twin(self):
+    return type(self)(self.spec, self._agent_config)
+
+  def _scope_variables(self, scope):
+    agent = self.agent
+    return {'all': agent.trainable_variables,
+            'critic': agent.critic_variables,
+            'policy': agent.policy_variables}[scope]
 
   def acting_checkpointables(self):
     return {'agent': self.agent}

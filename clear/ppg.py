@@ -87,7 +87,6 @@ import agents
 from agents import heads as heads_lib
 from agents import initializers
 from agents import torsos
-from clear import checkpoint as checkpoint_lib
 from clear import learner as learner_lib
 from clear import losses
 from clear import policy as policy_lib
@@ -685,29 +684,18 @@ class PPGPolicy(policy_lib.Policy):
   def acting_checkpointables(self):
     return {'agent': self.agent}
 
-  def init_from(self, location, scope):
-    """Loads another PPG run's weights: 'all', 'policy' or 'critic'.
+  def _init_twin(self):
+    return type(self)(self.spec, self._agent_config)
 
-    'policy' is the policy network (with its auxiliary head); 'critic' the
-    value network and the value normaliser's statistics; 'all' both.
-    """
-    if scope not in policy_lib.INIT_SCOPES:
-      raise ValueError(f'init scope must be one of {policy_lib.INIT_SCOPES}, '
-                       f'got {scope!r}.')
-    # Read everything into a twin first: a checkpoint of another network
-    # fails there, before anything here is overwritten.
-    twin = PPGAgent(self.spec, self._agent_config.network,
-                    int(self._agent_config.core_size))
-    path = checkpoint_lib.restore_part(location, {'agent': twin})
-    critic = lambda a: (tuple(a.value_network.trainable_variables) +
-                        (a.normalizer.mean, a.normalizer.variance,
-                         a.normalizer.count))
-    policy = lambda a: tuple(a.policy_network.trainable_variables)
-    part = {'all': lambda a: policy(a) + critic(a), 'critic': critic,
-            'policy': policy}[scope]
-    for target, source in zip(part(self.agent), part(twin)):
-      target.assign(source)
-    return path
+  def _scope_variables(self, scope):
+    """'policy' is the policy network (with its auxiliary head); 'critic'
+    the value network and the value normaliser's statistics."""
+    agent = self.agent
+    critic = (tuple(agent.value_network.trainable_variables) +
+              (agent.normalizer.mean, agent.normalizer.variance,
+               agent.normalizer.count))
+    policy = tuple(agent.policy_network.trainable_variables)
+    return {'all': policy + critic, 'critic': critic, 'policy': policy}[scope]
 
   # --- Learning --------------------------------------------------------------
 
