@@ -13,8 +13,6 @@ process tree, CPU time of the run, mean policy lag and the replay share.
   python -m benchmarks.train --cases=ppg_cartpole,sac_pendulum,ddpg_pendulum
 """
 
-import collections
-import glob
 import json
 import os
 import platform
@@ -28,6 +26,8 @@ from absl import app
 from absl import flags
 import numpy as np
 import psutil
+
+from clear import plot
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list('cases', ['cartpole_impala', 'cartpole_clear',
@@ -94,40 +94,13 @@ def tree_cpu(process: psutil.Process) -> float:
   return total
 
 
-def read_events(logdir):
-  """tag -> list of (wall_time, step, value), in file order."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  events = collections.defaultdict(list)
-  for path in sorted(glob.glob(os.path.join(logdir, 'events.out.tfevents*'))):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      for value in event.summary.value:
-        if value.HasField('tensor'):
-          array = tf.make_ndarray(value.tensor)
-          if array.size != 1:
-            continue  # Histograms.
-          number = float(array.reshape(()))
-        else:
-          number = value.simple_value
-        events[value.tag].append((event.wall_time, event.step, number))
-  return events
-
-
 def rate(series, start_time):
-  """Increase per second of a counter series after `start_time`."""
-  after = [(t, v) for t, _, v in series if t >= start_time]
-  if len(after) < 2 or after[-1][0] <= after[0][0]:
+  """Increase per second of a counter `plot.Series` after `start_time`."""
+  after = series.wall_times >= start_time
+  times, values = series.wall_times[after], series.values[after]
+  if len(times) < 2 or times[-1] <= times[0]:
     return float('nan')
-  return (after[-1][1] - after[0][1]) / (after[-1][0] - after[0][0])
-
-
-def time_to_threshold(returns, threshold, launch):
-  """(seconds, frames) when the 100-episode mean first reaches threshold."""
-  window = collections.deque(maxlen=100)
-  for wall, step, value in returns:
-    window.append(value)
-    if len(window) == 100 and np.mean(window) >= threshold:
-      return wall - launch, step
-  return None, None
+  return float((values[-1] - values[0]) / (times[-1] - times[0]))
 
 
 def run_case(name, logdir):
@@ -156,19 +129,19 @@ def run_case(name, logdir):
          cpu_after.ru_stime - cpu_before.ru_stime)
   if process.returncode:
     raise RuntimeError(f'{name} failed; see {logdir}/stderr.log')
-  events = read_events(logdir)
+  events = plot.read_scalars(logdir)
   steps = events['runtime/num_updates']
   frames_series = events['runtime/num_env_frames']
-  first_update = events['runtime/first_update_s'][0][0]
-  end = frames_series[-1][0]
+  first_update = events['runtime/first_update_s'].wall_times[0]
+  end = frames_series.wall_times[-1]
   returns = events[next(t for t in events if t.endswith('/return'))]
-  seconds, frames_at = time_to_threshold(returns, threshold, launch)
+  summary = plot.summarize_curve(returns, 100, threshold, start_time=launch)
+  seconds = summary.seconds_to_threshold
   cpu_at = None
   if seconds is not None:
     cpu_at = next((c for t, c in cpu_samples if t >= launch + seconds),
                   cpu)
-  final = [v for _, _, v in returns[-100:]]
-  lags = [v for _, _, v in events['runtime/policy_lag']]
+  lags = events['runtime/policy_lag'].values
   num_replay = 0.5 if '--replay_proportion=0.5' in args else 0.0
   return {
       'flags': args, 'total_environment_frames': total,
@@ -179,14 +152,14 @@ def run_case(name, logdir):
           frames_series, first_update + (end - first_update) / 2),
       'updates_per_s': rate(steps, first_update),
       'return_threshold': threshold,
-      'time_to_threshold_s': seconds, 'frames_to_threshold': frames_at,
+      'time_to_threshold_s': seconds,
+      'frames_to_threshold': summary.frames_to_threshold,
       'cpu_time_to_threshold_s': cpu_at,
-      'final_100_episode_mean_return': float(np.mean(final)) if final else
-                                       None,
-      'episodes': len(returns),
+      'final_100_episode_mean_return': summary.final_mean,
+      'episodes': summary.episodes,
       'peak_memory_process_tree_pss_mb': peak_pss / 1e6,
       'peak_memory_process_tree_rss_sum_mb': peak_rss / 1e6,
-      'mean_policy_lag_updates': float(np.mean(lags)) if lags else None,
+      'mean_policy_lag_updates': float(np.mean(lags)) if len(lags) else None,
       'replay_share': num_replay,
   }
 

@@ -183,7 +183,12 @@ class TaskSchedule:
             f'{self._frames_per_task}, num_cycles={self._num_cycles})')
 
 
-def _write_json_atomically(path: str, value):
+def write_json(path: str, value):
+  """Writes `value` as JSON to `path` atomically (NaN refused), creating
+  the folder."""
+  directory = os.path.dirname(path)
+  if directory:
+    os.makedirs(directory, exist_ok=True)
   tmp = path + '.tmp'
   with open(tmp, 'w') as f:
     json.dump(value, f, indent=2, allow_nan=False)
@@ -195,7 +200,7 @@ def write_tasks_json(logdir: str, schedule: TaskSchedule) -> str:
   """Writes `logdir/tasks.json` (atomically); returns its path."""
   os.makedirs(logdir, exist_ok=True)
   path = os.path.join(logdir, TASKS_JSON)
-  _write_json_atomically(path, schedule.to_json())
+  write_json(path, schedule.to_json())
   return path
 
 
@@ -668,4 +673,4 @@ def write_metrics_json(path: str, metrics: dict):
   directory = os.path.dirname(path)
   if directory:
     os.makedirs(directory, exist_ok=True)
-  _write_json_atomically(path, clean(metrics))
+  write_json(path, clean(metrics))

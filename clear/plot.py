@@ -22,6 +22,7 @@ Needs matplotlib: `pip install "clear-rl[plot]"`.
 """
 
 import glob
+import json
 import math
 import os
 import re
@@ -42,10 +43,11 @@ INSTALL_HINT = ('clear.plot needs matplotlib: pip install "clear-rl[plot]" '
 
 
 class Series(NamedTuple):
-  """One scalar tag: int64 `[N]` steps (env frames) and float64 `[N]`
-  values, ordered by step."""
+  """One scalar tag: int64 `[N]` steps (env frames), float64 `[N]` values
+  and float64 `[N]` wall times (seconds since the epoch), ordered by step."""
   steps: np.ndarray
   values: np.ndarray
+  wall_times: np.ndarray
 
 
 class Run(NamedTuple):
@@ -133,13 +135,14 @@ def read_scalars(logdir: str) -> Dict[str, Series]:
   for tag, tag_points in points.items():
     tag_points.sort(key=lambda p: p[0])
     kept = []
-    for _, step, number in tag_points:
+    for wall_time, step, number in tag_points:
       if kept and step < kept[-1][0]:
         kept = [p for p in kept if p[0] < step]
-      kept.append((step, number))
+      kept.append((step, number, wall_time))
     kept.sort(key=lambda p: p[0])
     scalars[tag] = Series(np.array([p[0] for p in kept], np.int64),
-                          np.array([p[1] for p in kept], np.float64))
+                          np.array([p[1] for p in kept], np.float64),
+                          np.array([p[2] for p in kept], np.float64))
   return scalars
 
 
@@ -191,6 +194,76 @@ def smooth(values, weight: float) -> np.ndarray:
     average = average * weight + (1 - weight) * value
     out[i] = average / (1 - weight ** (i + 1))
   return out
+
+
+def trailing_means(values, window: int) -> np.ndarray:
+  """Means of the last `window` values at each point from the window-th
+  on: float64 `[max(N - window + 1, 0)]` for `[N]` values."""
+  values = np.asarray(values, np.float64)
+  if window < 1:
+    raise ValueError(f'window must be >= 1, got {window}.')
+  if len(values) < window:
+    return np.zeros([0])
+  sums = np.cumsum(np.concatenate([[0.0], values]))
+  return (sums[window:] - sums[:-window]) / window
+
+
+class CurveSummary(NamedTuple):
+  """What a training return curve reached (see `summarize_curve`).
+
+  Attributes:
+    episodes: episodes in the curve.
+    frames: env frames at its last episode.
+    final_mean: mean of the last `window` returns (of all, if fewer; None
+      if none).
+    best_mean: the best such trailing mean over the run (None if fewer).
+    threshold: the return asked about (None if none).
+    frames_to_threshold: env frames when the trailing mean first reached
+      `threshold` (None if never).
+    seconds_to_threshold: wall seconds from the start to then (includes
+      any time the run was stopped before a resume).
+  """
+  episodes: int
+  frames: int
+  final_mean: Optional[float]
+  best_mean: Optional[float]
+  threshold: Optional[float]
+  frames_to_threshold: Optional[int]
+  seconds_to_threshold: Optional[float]
+
+
+def summarize_curve(series: Series, window: int = 100,
+                    threshold: Optional[float] = None,
+                    start_time: Optional[float] = None) -> CurveSummary:
+  """Summarizes one curve of episode returns with `window`-episode means;
+  seconds count from `start_time` (default: the first episode's end)."""
+  means = trailing_means(series.values, window)
+  frames = seconds = None
+  if threshold is not None:
+    reached = np.flatnonzero(means >= threshold)
+    if reached.size:
+      i = int(reached[0]) + window - 1
+      frames = int(series.steps[i])
+      start = series.wall_times[0] if start_time is None else start_time
+      seconds = float(series.wall_times[i] - start)
+  return CurveSummary(
+      episodes=len(series.values),
+      frames=int(series.steps[-1]) if len(series.steps) else 0,
+      final_mean=(float(np.mean(series.values[-window:]))
+                  if len(series.values) else None),
+      best_mean=float(means.max()) if means.size else None,
+      threshold=threshold, frames_to_threshold=frames,
+      seconds_to_threshold=seconds)
+
+
+def summarize(runs: Sequence[Run], window: int = 100,
+              threshold: Optional[float] = None) -> Dict[str, Dict]:
+  """label -> {'logdir', 'training': env -> `CurveSummary` as a dict}."""
+  return {run.label: {
+      'logdir': run.logdir,
+      'training': {env: summarize_curve(series, window, threshold)._asdict()
+                   for env, series in sorted(run.train_curves.items())}}
+          for run in runs}
 
 
 def _pyplot():
@@ -295,6 +368,25 @@ def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
   return out
 
 
+def load_runs(logdirs: Sequence[str],
+              labels: Optional[Sequence[str]] = None,
+              tag_prefix: str = 'eval/',
+              train_tag_prefix: str = 'episode/') -> List[Run]:
+  """Loads the runs in `logdirs`, named by `labels` (default: folder names).
+
+  Raises:
+    ValueError: no logdir, a label count that does not match, a missing
+      logdir or no event files.
+  """
+  if not logdirs:
+    raise ValueError('Give at least one --logdir.')
+  if labels and len(labels) != len(logdirs):
+    raise ValueError(f'--labels has {len(labels)} names for {len(logdirs)} '
+                     f'logdirs.')
+  return [load_run(logdir, labels[i] if labels else None, tag_prefix,
+                   train_tag_prefix) for i, logdir in enumerate(logdirs)]
+
+
 def render(logdirs: Sequence[str], out: str,
            labels: Optional[Sequence[str]] = None, tag_prefix: str = 'eval/',
            train_tag_prefix: str = 'episode/', smoothing: float = 0.6,
@@ -302,17 +394,10 @@ def render(logdirs: Sequence[str], out: str,
   """Loads the runs in `logdirs` and draws them into `out`; returns `out`.
 
   Raises:
-    ValueError: no logdir, a label count that does not match, a missing
-      logdir, no event files or no curves.
+    ValueError: as `load_runs`, or no curves.
     ImportError: matplotlib is missing.
   """
-  if not logdirs:
-    raise ValueError('Give at least one --logdir.')
-  if labels and len(labels) != len(logdirs):
-    raise ValueError(f'--labels has {len(labels)} names for {len(logdirs)} '
-                     f'logdirs.')
-  runs = [load_run(logdir, labels[i] if labels else None, tag_prefix,
-                   train_tag_prefix) for i, logdir in enumerate(logdirs)]
+  runs = load_runs(logdirs, labels, tag_prefix, train_tag_prefix)
   return plot_runs(runs, out, smoothing=smoothing, dpi=dpi)
 
 
@@ -334,6 +419,14 @@ def _define_flags():
   flags.DEFINE_float('smoothing', 0.6,
                      'TensorBoard-style smoothing of training curves, [0, 1).')
   flags.DEFINE_integer('dpi', 100, 'Resolution of the PNG.')
+  flags.DEFINE_string('summary_out', '',
+                      'Also write a JSON summary of each run\'s training '
+                      'curves here (final and best trailing means, frames '
+                      'and seconds to --threshold).')
+  flags.DEFINE_integer('window', 100, 'Episodes per trailing mean in the '
+                       'summary.')
+  flags.DEFINE_float('threshold', None, 'Return whose first crossing by the '
+                     'trailing mean the summary reports.')
   flags.mark_flag_as_required('logdir')
 
 
@@ -342,11 +435,16 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}.')
   f = flags.FLAGS
   try:
-    path = render(f.logdir, f.out, f.labels, f.tag_prefix, f.train_tag_prefix,
-                  f.smoothing, f.dpi)
+    runs = load_runs(f.logdir, f.labels, f.tag_prefix, f.train_tag_prefix)
+    if f.summary_out:
+      summary = summarize(runs, f.window, f.threshold)
+      continual.write_json(f.summary_out, summary)
+      print(json.dumps(summary, indent=1))
+      print(f'Wrote {f.summary_out}')
+    if f.out:
+      print(f'Wrote {plot_runs(runs, f.out, f.smoothing, f.dpi)}')
   except (ValueError, ImportError) as e:
     sys.exit(f'clear.plot: {e}')
-  print(f'Wrote {path}')
 
 
 if __name__ == '__main__':

@@ -1,5 +1,6 @@
 """Tests for clear.plot: reading real event files and rendering PNGs."""
 
+import json
 import os
 import struct
 import subprocess
@@ -124,6 +125,34 @@ def test_smooth():
     plot.smooth([1.0], 1.0)
 
 
+def test_trailing_means_match_a_loop():
+  values = np.random.RandomState(0).randn(30)
+  expected = [np.mean(values[i - 6:i]) for i in range(6, 31)]
+  np.testing.assert_allclose(plot.trailing_means(values, 6), expected)
+  assert plot.trailing_means(values[:5], 6).shape == (0,)
+  with pytest.raises(ValueError, match='window'):
+    plot.trailing_means(values, 0)
+
+
+def test_summarize_curve_by_hand():
+  series = plot.Series(np.array([10, 20, 30, 40, 50]),
+                       np.array([0.0, 1.0, 2.0, 3.0, 4.0]),
+                       np.array([100.0, 101.0, 103.0, 107.0, 115.0]))
+  # Trailing means of 2: 0.5, 1.5, 2.5, 3.5; 2.5 first at the 4th episode.
+  summary = plot.summarize_curve(series, window=2, threshold=2.5)
+  assert summary == plot.CurveSummary(
+      episodes=5, frames=50, final_mean=3.5, best_mean=3.5, threshold=2.5,
+      frames_to_threshold=40, seconds_to_threshold=7.0)
+  assert plot.summarize_curve(series, 2, 2.5, start_time=90.0) \
+      .seconds_to_threshold == 17.0
+  never = plot.summarize_curve(series, window=2, threshold=3.6)
+  assert never.frames_to_threshold is None
+  assert never.seconds_to_threshold is None
+  short = plot.summarize_curve(series, window=10, threshold=0.0)
+  assert (short.final_mean, short.best_mean, short.frames_to_threshold) == (
+      2.0, None, None)
+
+
 def test_command_line(runs, tmp_path):
   logdirs, _ = runs
   out = str(tmp_path / 'cli.png')
@@ -133,6 +162,26 @@ def test_command_line(runs, tmp_path):
                           timeout=120)
   assert result.returncode == 0, result.stderr
   assert _png_size(out)[0] > 0
+  # The summary: training returns step / 10 (+ 0.5 for b) at steps 0, 25,
+  # ..., 225; trailing means of 4 first reach 10 at step 150 for a.
+  summary_path = str(tmp_path / 'summary' / 'runs.json')
+  result = subprocess.run(command[:-1] + ['--out=', '--window=4',
+                                          '--threshold=10',
+                                          f'--summary_out={summary_path}'],
+                          cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+  assert result.returncode == 0, result.stderr
+  with open(summary_path) as f:
+    summary = json.load(f)
+  for label, offset in (('a', 0.0), ('b', 0.5)):
+    returns = [step / 10 + offset for step in range(0, 250, 25)]
+    means = [np.mean(returns[i - 4:i]) for i in range(4, 11)]
+    first = next(i for i, m in enumerate(means) if m >= 10) + 3
+    curve = summary[label]['training'][SEQUENCE]
+    assert curve['episodes'] == 10
+    assert curve['frames_to_threshold'] == 25 * first
+    assert curve['final_mean'] == pytest.approx(means[-1])
+    assert curve['best_mean'] == pytest.approx(max(means))
   missing = str(tmp_path / 'missing')
   result = subprocess.run(command[:3] + [f'--logdir={missing}',
                                          f'--out={out}'],
