@@ -78,11 +78,13 @@ def random_observation(spec: types.EnvSpec, shape: Sequence[int],
 
 
 def random_step_output(spec: types.EnvSpec, shape: Sequence[int],
-                       rng: np.random.Generator,
-                       done_prob: float = 0.2) -> types.StepOutput:
-  """A `StepOutput` of numpy arrays with leading `shape` (`[B]`, `[T, B]`)."""
+                       rng: np.random.Generator, done_prob: float = 0.2,
+                       truncated_share: float = 0.0) -> types.StepOutput:
+  """A `StepOutput` of numpy arrays with leading `shape` (`[B]`, `[T, B]`);
+  about `truncated_share` of the episode ends are truncations."""
   shape = tuple(shape)
   done = rng.random(shape) < done_prob
+  truncated = done & (rng.random(shape) < truncated_share)
   return types.StepOutput(
       reward=rng.normal(size=shape).astype(np.float32) * 2,
       info=types.EpisodeInfo(
@@ -90,15 +92,38 @@ def random_step_output(spec: types.EnvSpec, shape: Sequence[int],
           episode_step=np.zeros(shape, np.int32),
           episode_frames=np.zeros(shape, np.int32)),
       done=done,
-      truncated=np.zeros(shape, bool),
+      truncated=truncated,
       observation=random_observation(spec, shape, rng))
 
 
 def random_actions(spec: types.EnvSpec, shape: Sequence[int],
                    rng: np.random.Generator) -> dict:
-  """dict name -> int32 actions of leading `shape`."""
-  return {k: rng.integers(0, s.num_values, tuple(shape)).astype(np.int32)
-          for k, s in spec.action_spec.items()}
+  """dict name -> actions of leading `shape`: int32 for discrete heads,
+  float32 uniform within the bounds for continuous ones."""
+  shape = tuple(shape)
+  actions = {}
+  for k, s in spec.action_spec.items():
+    if isinstance(s, types.DiscreteSpec):
+      actions[k] = rng.integers(0, s.num_values, shape).astype(np.int32)
+    else:
+      actions[k] = rng.uniform(s.minimum, s.maximum,
+                               shape + tuple(s.shape)).astype(np.float32)
+  return actions
+
+
+def random_unroll(spec: types.EnvSpec, shape: Sequence[int],
+                  rng: np.random.Generator, done_prob: float = 0.15,
+                  truncated_share: float = 0.5) -> types.Unroll:
+  """A stateless `Unroll` of leading `shape` (`[T + 1, B]`): random step
+  outputs, valid actions, normal logits for discrete heads and baselines."""
+  shape = tuple(shape)
+  logits = {k: rng.normal(size=shape + (s.num_values,)).astype(np.float32)
+            for k, s in spec.action_spec.items()
+            if isinstance(s, types.DiscreteSpec)}
+  return types.Unroll(
+      {}, random_step_output(spec, shape, rng, done_prob, truncated_share),
+      types.AgentOutput(random_actions(spec, shape, rng), logits,
+                        rng.normal(size=shape).astype(np.float32)))
 
 
 def step_output_signature(spec: types.EnvSpec, shape) -> types.StepOutput:

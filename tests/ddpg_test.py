@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 import tree
 
+from agents import testing
 from clear import ddpg
 from clear import policy as policy_lib
 from clear import types
@@ -22,24 +23,9 @@ AGENT = policy_lib.AgentConfig('mlp', 16, False)
 
 
 def random_batch(spec, seed, batch_size=2, length=T):
-  """A time-major `[T + 1, B]` unroll batch of random continuous actions."""
-  rng = np.random.RandomState(seed)
-  shape = (length + 1, batch_size)
-  done = rng.rand(*shape) < 0.15
-  zeros = lambda dtype: np.zeros(shape, dtype)
-  return types.Unroll(
-      {},
-      types.StepOutput(
-          reward=rng.randn(*shape).astype(np.float32),
-          info=types.EpisodeInfo(zeros(np.float32), zeros(np.int32),
-                                 zeros(np.int32)),
-          done=done, truncated=done & (rng.rand(*shape) < 0.5),
-          observation={'vector': rng.randn(*shape, 3).astype(np.float32)}),
-      types.AgentOutput(
-          {k: rng.uniform(s.minimum, s.maximum,
-                          size=shape + tuple(s.shape)).astype(np.float32)
-           for k, s in spec.action_spec.items()},
-          {}, zeros(np.float32)))
+  """A time-major `[T + 1, B]` unroll batch of random valid data."""
+  return testing.random_unroll(spec, (length + 1, batch_size),
+                               np.random.default_rng(seed))
 
 
 def _config(**overrides):

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 import tree
 
+from agents import testing
 from clear import policy as policy_lib
 from clear import sac
 from clear import types
@@ -306,30 +307,8 @@ AGENT = policy_lib.AgentConfig('mlp', 16, False)
 
 def random_batch(spec, seed, batch_size=2, length=T):
   """A time-major `[T + 1, B]` unroll batch of random valid data."""
-  rng = np.random.RandomState(seed)
-  shape = (length + 1, batch_size)
-  done = rng.rand(*shape) < 0.15
-  action = {}
-  for k, s in spec.action_spec.items():
-    if isinstance(s, types.DiscreteSpec):
-      action[k] = rng.randint(s.num_values, size=shape).astype(np.int32)
-    else:
-      action[k] = rng.uniform(s.minimum, s.maximum,
-                              size=shape + tuple(s.shape)).astype(np.float32)
-  zero = policy_lib.zero_agent_output(spec, 1)
-  logits = {k: rng.randn(*shape, v.shape[-1]).astype(np.float32)
-            for k, v in zero.logits.items()}
-  zeros = lambda dtype: np.zeros(shape, dtype)
-  return types.Unroll(
-      {},
-      types.StepOutput(
-          reward=rng.randn(*shape).astype(np.float32),
-          info=types.EpisodeInfo(zeros(np.float32), zeros(np.int32),
-                                 zeros(np.int32)),
-          done=done, truncated=done & (rng.rand(*shape) < 0.5),
-          observation={'vector': rng.randn(*shape, 3).astype(np.float32)}),
-      types.AgentOutput(action, logits, rng.randn(*shape).astype(
-          np.float32)))
+  return testing.random_unroll(spec, (length + 1, batch_size),
+                               np.random.default_rng(seed))
 
 
 def _structure(nest):
