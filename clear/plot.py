@@ -38,6 +38,7 @@ from tensorboard.util import tensor_util
 
 from clear import continual
 
+RUN_TIME_TAG = 'runtime/run_time_s'
 INSTALL_HINT = ('clear.plot needs matplotlib: pip install "clear-rl[plot]" '
                 '(or pip install matplotlib).')
 
@@ -59,12 +60,15 @@ class Run(NamedTuple):
     eval_curves: dict task -> `Series` of evaluation returns.
     train_curves: dict env name -> `Series` of training episode returns.
     schedule: the `continual.TaskSchedule` of its `tasks.json`, or None.
+    run_time: `Series` of the seconds the run had spent running (resumes
+      summed, downtime excluded) against env frames, or None.
   """
   label: str
   logdir: str
   eval_curves: Dict[str, Series]
   train_curves: Dict[str, Series]
   schedule: Optional[continual.TaskSchedule]
+  run_time: Optional[Series] = None
 
 
 def _records(path: str):
@@ -175,7 +179,8 @@ def load_run(logdir: str, label: Optional[str] = None,
     label = os.path.basename(os.path.normpath(logdir))
   return Run(label, logdir, curves(scalars, tag_prefix),
              curves(scalars, train_tag_prefix),
-             continual.read_tasks_json(logdir))
+             continual.read_tasks_json(logdir),
+             scalars.get(RUN_TIME_TAG))
 
 
 def smooth(values, weight: float) -> np.ndarray:
@@ -222,6 +227,8 @@ class CurveSummary(NamedTuple):
       `threshold` (None if never).
     seconds_to_threshold: wall seconds from the start to then (includes
       any time the run was stopped before a resume).
+    run_seconds_to_threshold: the seconds the run had spent running by
+      then, interpolated in its `runtime/run_time_s` (None without it).
   """
   episodes: int
   frames: int
@@ -230,15 +237,18 @@ class CurveSummary(NamedTuple):
   threshold: Optional[float]
   frames_to_threshold: Optional[int]
   seconds_to_threshold: Optional[float]
+  run_seconds_to_threshold: Optional[float] = None
 
 
 def summarize_curve(series: Series, window: int = 100,
                     threshold: Optional[float] = None,
-                    start_time: Optional[float] = None) -> CurveSummary:
+                    start_time: Optional[float] = None,
+                    run_time: Optional[Series] = None) -> CurveSummary:
   """Summarizes one curve of episode returns with `window`-episode means;
-  seconds count from `start_time` (default: the first episode's end)."""
+  seconds count from `start_time` (default: the first episode's end), run
+  seconds are read from `run_time` (see `Run`)."""
   means = trailing_means(series.values, window)
-  frames = seconds = None
+  frames = seconds = run_seconds = None
   if threshold is not None:
     reached = np.flatnonzero(means >= threshold)
     if reached.size:
@@ -246,6 +256,9 @@ def summarize_curve(series: Series, window: int = 100,
       frames = int(series.steps[i])
       start = series.wall_times[0] if start_time is None else start_time
       seconds = float(series.wall_times[i] - start)
+      if run_time is not None and len(run_time.steps):
+        run_seconds = float(np.interp(frames, run_time.steps,
+                                      run_time.values))
   return CurveSummary(
       episodes=len(series.values),
       frames=int(series.steps[-1]) if len(series.steps) else 0,
@@ -253,7 +266,7 @@ def summarize_curve(series: Series, window: int = 100,
                   if len(series.values) else None),
       best_mean=float(means.max()) if means.size else None,
       threshold=threshold, frames_to_threshold=frames,
-      seconds_to_threshold=seconds)
+      seconds_to_threshold=seconds, run_seconds_to_threshold=run_seconds)
 
 
 def summarize(runs: Sequence[Run], window: int = 100,
@@ -261,7 +274,8 @@ def summarize(runs: Sequence[Run], window: int = 100,
   """label -> {'logdir', 'training': env -> `CurveSummary` as a dict}."""
   return {run.label: {
       'logdir': run.logdir,
-      'training': {env: summarize_curve(series, window, threshold)._asdict()
+      'training': {env: summarize_curve(series, window, threshold,
+                                        run_time=run.run_time)._asdict()
                    for env, series in sorted(run.train_curves.items())}}
           for run in runs}
 

@@ -234,10 +234,18 @@ class _Run:
     self.actor_state = None  # Saved actors to continue, if any.
     self.schedule = task_schedule(config)
     self.eval_history = continual.EvalHistory()
+    # Seconds this run has spent running, summed over its resumes.
+    self._run_time_before = 0.0
+    self._started = time.monotonic()
     if self.restored:
       self._restore_state()
     self._advance_phase()
     self.version = self.policy.num_updates
+
+  @property
+  def run_time_s(self) -> float:
+    """Seconds spent running so far, over all resumes (downtime excluded)."""
+    return self._run_time_before + time.monotonic() - self._started
 
   def _state_dir(self, number):
     return os.path.join(self.checkpointer.directory, f'state-{number}')
@@ -300,6 +308,7 @@ class _Run:
     self.episodes.lengths.extend(state['episode_lengths'].tolist())
     self.episodes.total = int(state['num_episodes'])
     self.lags.extend(state['lags'].tolist())
+    self._run_time_before = float(state.get('run_time_s', 0.0))
     if 'eval_history/frames' in state:
       self.eval_history = continual.EvalHistory.from_arrays(
           snapshot.subset('eval_history', state))
@@ -331,7 +340,8 @@ class _Run:
         'episode_returns': np.asarray(self.episodes.returns, np.float64),
         'episode_lengths': np.asarray(self.episodes.lengths, np.int64),
         'num_episodes': np.array(self.episodes.total),
-        'lags': np.asarray(self.lags, np.int64)}
+        'lags': np.asarray(self.lags, np.int64),
+        'run_time_s': np.array(self.run_time_s)}
     if len(self.eval_history):
       state.update(snapshot.prefixed('eval_history',
                                      self.eval_history.to_arrays()))
@@ -492,6 +502,7 @@ def _log_progress(run: _Run, pool, frame_rate, step_rate, total):
   step = run.frames
   tf.summary.scalar('runtime/num_env_frames', run.frames, step=step)
   tf.summary.scalar('runtime/num_updates', run.version, step=step)
+  tf.summary.scalar('runtime/run_time_s', run.run_time_s, step=step)
   tf.summary.scalar('runtime/env_frames_per_s', fps, step=step)
   tf.summary.scalar('runtime/updates_per_s', ups, step=step)
   lag = float(np.mean(run.lags)) if run.lags else 0.0

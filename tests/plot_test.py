@@ -145,6 +145,11 @@ def test_summarize_curve_by_hand():
       frames_to_threshold=40, seconds_to_threshold=7.0)
   assert plot.summarize_curve(series, 2, 2.5, start_time=90.0) \
       .seconds_to_threshold == 17.0
+  # Run time 0 s at frame 0 and 60 s at frame 60: 40 s at frame 40.
+  run_time = plot.Series(np.array([0, 60]), np.array([0.0, 60.0]),
+                         np.array([0.0, 1.0]))
+  assert plot.summarize_curve(series, 2, 2.5, run_time=run_time) \
+      .run_seconds_to_threshold == 40.0
   never = plot.summarize_curve(series, window=2, threshold=3.6)
   assert never.frames_to_threshold is None
   assert never.seconds_to_threshold is None

@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -11,8 +12,10 @@ import tensorflow as tf
 from clear import algorithms
 from clear import checkpoint as checkpoint_lib
 from clear import learner as learner_lib
+from clear import plot
 from clear import policy as policy_lib
 from clear import run_loop
+from clear import snapshot
 
 
 def make_config(logdir, **kwargs):
@@ -93,6 +96,27 @@ def test_resume_restores_weights_and_optimizer_slots(tmp_path):
         rtol=1e-6)
   assert learner.optimizer.step.numpy() == 1 + saved[
       'optimizer/step/.ATTRIBUTES/VARIABLE_VALUE']
+
+
+def latest_run_state(logdir):
+  states = glob.glob(os.path.join(str(logdir), 'checkpoints', 'state-*',
+                                  'run.npz'))
+  latest = max(states, key=lambda p: int(p.split('state-')[1].split('/')[0]))
+  return snapshot.load(latest)
+
+
+def test_run_time_adds_up_over_resumes_without_the_downtime(tmp_path):
+  config = make_config(tmp_path)
+  first = run_loop.train(config, max_updates=2)
+  run_time_1 = float(latest_run_state(tmp_path)['run_time_s'])
+  assert 0 < run_time_1 <= first.wall_time_s
+  time.sleep(2.0)  # Downtime, which must not count.
+  second = run_loop.train(config, max_updates=2)
+  run_time_2 = float(latest_run_state(tmp_path)['run_time_s'])
+  assert 0 < run_time_2 - run_time_1 <= second.wall_time_s
+  series = plot.read_scalars(str(tmp_path))[plot.RUN_TIME_TAG]
+  assert np.all(np.diff(series.values) >= 0)
+  assert series.values[0] <= run_time_1 < series.values[-1] <= run_time_2
 
 
 def test_logdir_of_another_network_is_rejected(tmp_path):
