@@ -44,7 +44,8 @@ class LearnerConfig(NamedTuple):
     learning_rate: initial learning rate.
     optimizer: 'adam' or 'rmsprop' (IMPALA's choice).
     adam_beta1, adam_beta2, adam_epsilon: Adam parameters.
-    rmsprop_decay, rmsprop_momentum, rmsprop_epsilon: RMSProp parameters.
+    rmsprop_decay, rmsprop_momentum, rmsprop_epsilon: RMSProp parameters
+      (IMPALA's Atari values; epsilon is added under the square root).
     fixed_step_mul: whether the step multiplier is constant.
     step_mul: frames per agent step when `fixed_step_mul`.
     jit_compile: compile the forward and backward pass with XLA.
@@ -69,7 +70,7 @@ class LearnerConfig(NamedTuple):
   adam_epsilon: float = 1e-8
   rmsprop_decay: float = 0.99
   rmsprop_momentum: float = 0.0
-  rmsprop_epsilon: float = 0.1
+  rmsprop_epsilon: float = 0.01
   fixed_step_mul: bool = True
   step_mul: int = 1
   jit_compile: bool = False

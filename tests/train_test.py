@@ -153,7 +153,17 @@ def test_validate_accepts_the_defaults_and_fills_family_defaults():
   assert config.learner_config.step_mul == 4
   assert config.learner_config.num_replay == 16
   assert config.learner_config.learning_rate == 6e-4
+  assert config.learner_config.optimizer == 'rmsprop'
   assert config.agent_config.core_size == 256
+  with flagsaver.flagsaver():
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--env=gym:CartPole-v1'])
+    gym_config = train.config_from_flags(flags.FLAGS)
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--env=atari:Pong', '--optimizer=adam'])
+    chosen = train.config_from_flags(flags.FLAGS)
+  assert gym_config.learner_config.optimizer == 'adam'
+  assert chosen.learner_config.optimizer == 'adam'
 
 
 def test_port_flags_override_only_what_is_set():
