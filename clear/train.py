@@ -254,10 +254,7 @@ class FamilyDefaults(NamedTuple):
 
 # gym: dense rewards (CartPole pays 1 a step) make values ~100, whose squared
 # baseline error would swamp the policy gradient; scaling by 0.1 fixes that.
-# atari: RMSProp (epsilon 0.01), as IMPALA. Adam (epsilon 1e-8) gives small
-# but consistent gradients full-size steps; on Pong that grew a few torso
-# features to ~200 while the rest died, the critic went blind and the
-# return stayed at -20 for 5.6M frames.
+# atari: IMPALA's Atari settings (RMSProp, decay 0.99, epsilon 0.01).
 FAMILY_DEFAULTS = {
     'gym': FamilyDefaults(step_mul=1, learning_rate=3e-3, reward_scaling=0.1,
                           core_size=64, envs_per_actor=64, optimizer='adam'),
