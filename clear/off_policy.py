@@ -747,10 +747,6 @@ class OffPolicyPolicy(policy_lib.Policy, abc.ABC):
   def _learner_checkpointables(self) -> Dict[str, object]:
     """Learner-only trackables, by name."""
 
-  @abc.abstractmethod
-  def _scope_variables(self, scope: str) -> List[tf.Variable]:
-    """The variables `init_from` loads for a `policy.INIT_SCOPES` scope."""
-
   # --- Acting -----------------------------------------------------------------
 
   def initial_state(self, batch_size):

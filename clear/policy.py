@@ -181,9 +181,9 @@ class Policy(abc.ABC):
     names (default: what acting needs)."""
     return self.acting_checkpointables()
 
+  @abc.abstractmethod
   def _scope_variables(self, scope: str) -> Sequence[tf.Variable]:
     """The variables `init_from` loads for an `INIT_SCOPES` scope."""
-    raise NotImplementedError
 
   def get_rng_state(self) -> Dict[str, np.ndarray]:
     """The state of `sampling_rng`, so a resumed actor samples the same
