@@ -18,6 +18,10 @@ constant time in T, accepts an unknown T, and works under XLA
 Agent state: a dict `{'policy': snt.LSTMState(hidden, cell)}`, plus
 `'critic': snt.LSTMState` with `separate_critic=True`; float32 `[B, core_size]`
 leaves.
+
+With `core_size=0` the agent is feed-forward (IMPALA's Atari agents without
+memory, enough where frames are stacked): the heads read the core input
+itself, and the state is the empty dict.
 """
 
 from typing import Callable, Dict, Mapping, Tuple
@@ -54,6 +58,13 @@ def _split_time_batch(y: tf.Tensor, time_batch) -> tf.Tensor:
   return tf.reshape(y, list(time_batch) + y.shape[1:].as_list())
 
 
+def _make_core(core_size: int, w_init):
+  """An LSTM of `core_size` units, or None (feed-forward) for 0."""
+  if core_size == 0:
+    return None
+  return snt.LSTM(core_size, w_i_init=w_init, w_h_init=w_init, name='lstm')
+
+
 class _Critic(snt.Module):
   """A separate value network: its own torso, LSTM and baseline head."""
 
@@ -61,8 +72,7 @@ class _Critic(snt.Module):
                name: str = 'critic'):
     super().__init__(name=name)
     self.torso = torso
-    self.core = snt.LSTM(core_size, w_i_init=w_init, w_h_init=w_init,
-                         name='lstm')
+    self.core = _make_core(core_size, w_init)
     self.baseline = snt.Linear(1, w_init=w_init, name='baseline')
 
 
@@ -102,8 +112,7 @@ class Agent(snt.Module):
     with self.name_scope:
       self.rng = tf.random.Generator.from_seed(seed)
     self._torso = make_torso('torso', w_init)
-    self._core = snt.LSTM(core_size, w_i_init=w_init, w_h_init=w_init,
-                          name='lstm')
+    self._core = _make_core(core_size, w_init)
     resolutions = getattr(self._torso, 'resolutions', ())
     self._heads = heads.PolicyHeads(
         self._action_spec, w_init, spatial_resolutions=resolutions,
@@ -124,9 +133,12 @@ class Agent(snt.Module):
     return self._env_spec
 
   def initial_state(self, batch_size) -> Dict[str, snt.LSTMState]:
-    """Zero LSTM state(s); float32 `[batch_size, core_size]` leaves."""
-    state = {'policy': self._core.initial_state(batch_size)}
-    if self._critic is not None:
+    """Zero LSTM state(s); float32 `[batch_size, core_size]` leaves (the
+    empty dict for a feed-forward agent)."""
+    state = {}
+    if self._core is not None:
+      state['policy'] = self._core.initial_state(batch_size)
+    if self._critic is not None and self._critic.core is not None:
       state['critic'] = self._critic.core.initial_state(batch_size)
     return state
 
@@ -220,9 +232,13 @@ class Agent(snt.Module):
         state=self.initial_state(1))
 
   def _unroll_core(self, core, features, extras, done, state):
-    """Runs `core` over time on merged features; returns merged outputs."""
+    """Runs `core` over time on merged features; returns merged outputs and
+    the final state (None for a feed-forward agent: the core input is the
+    output)."""
     time_batch = _time_batch_dims(done)
     inputs = tf.concat([_split_time_batch(features, time_batch), extras], -1)
+    if core is None:
+      return _merge_time_batch(inputs), None
     outputs, final_state = cores.unroll(core, inputs, done, state)
     return _merge_time_batch(outputs), final_state
 
@@ -240,22 +256,24 @@ class Agent(snt.Module):
     extras = tf.concat(extras, axis=-1)
 
     torso_out = self._torso(observation)
-    core_out, policy_state = self._unroll_core(
-        self._core, torso_out.features, extras, done, state['policy'])
+    new_state = {}
+    core_out, new_state['policy'] = self._unroll_core(
+        self._core, torso_out.features, extras, done, state.get('policy'))
     logits = self._heads(core_out, torso_out.spatial)
     logits = heads.apply_masks(logits, observation, self._action_spec)
-    new_state = {'policy': policy_state}
 
     if self._critic is not None:
       critic_features = self._critic.torso(observation).features
       critic_out, new_state['critic'] = self._unroll_core(
-          self._critic.core, critic_features, extras, done, state['critic'])
+          self._critic.core, critic_features, extras, done,
+          state.get('critic'))
       baseline = self._critic.baseline(critic_out)
     else:
       baseline = self._baseline(core_out)
 
     logits = {k: _split_time_batch(v, time_batch) for k, v in logits.items()}
     baseline = _split_time_batch(baseline[:, 0], time_batch)
+    new_state = {k: v for k, v in new_state.items() if v is not None}
     return logits, baseline, new_state
 
 
@@ -347,7 +365,7 @@ def make_agent(env_spec: types.EnvSpec,
     network: 'auto', 'impala_shallow', 'impala_deep', 'mlp' or 'fullyconv'.
       'auto' picks fullyconv for 'screen' + 'minimap' observations,
       impala_shallow for a single image observation, mlp for vectors.
-    core_size: LSTM size.
+    core_size: LSTM size; 0 for a feed-forward agent (no LSTM).
     separate_critic: whether the baseline comes from a separate network
       (own torso and LSTM, state under `'critic'`), so that pretraining the
       critic cannot change the policy.
@@ -366,8 +384,9 @@ def make_agent(env_spec: types.EnvSpec,
     raise ValueError(f'env_spec must be a clear.types.EnvSpec, got '
                      f'{type(env_spec).__name__}')
   if (not isinstance(core_size, (int, np.integer)) or isinstance(
-      core_size, bool) or core_size <= 0):
-    raise ValueError(f'core_size must be a positive int, got {core_size!r}')
+      core_size, bool) or core_size < 0):
+    raise ValueError('core_size must be an int >= 0 (0: feed-forward), got '
+                     f'{core_size!r}')
   _check_action_spec(env_spec.action_spec, env_spec.observation_spec)
   network = resolve_network(env_spec, network)
   obs_spec = env_spec.observation_spec

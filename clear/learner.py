@@ -13,7 +13,7 @@ count. Non-finite losses or gradients skip the update (counted in
 `num_skipped_steps`), so a poisoned batch never reaches the weights.
 """
 
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import sonnet as snt
 import tensorflow as tf
@@ -46,6 +46,12 @@ class LearnerConfig(NamedTuple):
     adam_beta1, adam_beta2, adam_epsilon: Adam parameters.
     rmsprop_decay, rmsprop_momentum, rmsprop_epsilon: RMSProp parameters
       (IMPALA's Atari values; epsilon is added under the square root).
+    rmsprop_initial_mean_square: where RMSProp's running mean of squared
+      gradients starts. 1 is TF1's `RMSPropOptimizer`, which IMPALA used:
+      the first updates are about lr x gradient and grow as the mean decays
+      towards the gradients' scale. Sonnet starts at 0, which makes the
+      first updates about lr / sqrt(epsilon) x sign(gradient) (10 lr at
+      epsilon 0.01) on every weight at once.
     fixed_step_mul: whether the step multiplier is constant.
     step_mul: frames per agent step when `fixed_step_mul`.
     jit_compile: compile the forward and backward pass with XLA.
@@ -71,6 +77,7 @@ class LearnerConfig(NamedTuple):
   rmsprop_decay: float = 0.99
   rmsprop_momentum: float = 0.0
   rmsprop_epsilon: float = 0.01
+  rmsprop_initial_mean_square: float = 1.0
   fixed_step_mul: bool = True
   step_mul: int = 1
   jit_compile: bool = False
@@ -95,20 +102,50 @@ def validate_config(config: LearnerConfig):
                      f'{config.optimizer!r}.')
   if config.step_mul < 1:
     raise ValueError(f'step_mul must be >= 1, got {config.step_mul}.')
+  if config.rmsprop_initial_mean_square < 0:
+    raise ValueError('rmsprop_initial_mean_square must be >= 0, got '
+                     f'{config.rmsprop_initial_mean_square}.')
   if not 0.0 <= config.discounting <= 1.0:
     raise ValueError(
         f'discounting must be in [0, 1], got {config.discounting}.')
 
 
+class RMSProp(snt.optimizers.RMSProp):
+  """Sonnet's RMSProp with the mean squares starting at `initial_mean_square`.
+
+  Sonnet starts them at 0; TF1's `RMSPropOptimizer`, which IMPALA used,
+  at 1. The slots are created on the first `apply`, as in Sonnet, so a
+  checkpoint restored earlier fills them (delayed restoration).
+  """
+
+  def __init__(self, learning_rate, decay, momentum, epsilon,
+               initial_mean_square: float, name: str = 'rms_prop'):
+    super().__init__(learning_rate, decay=decay, momentum=momentum,
+                     epsilon=epsilon, name=name)
+    self._initial_mean_square = float(initial_mean_square)
+
+  def _initialize(self, parameters: Sequence[tf.Variable]):
+    if self.mom:
+      return
+    def like(p, value, scope):
+      with tf.name_scope(scope), tf.device(p.device):
+        return tf.Variable(tf.fill(p.shape, tf.cast(value, p.dtype)),
+                           trainable=False, name=p.name.split(':')[0])
+    self.mom.extend(like(p, 0., 'momentum') for p in parameters)
+    self.ms.extend(like(p, self._initial_mean_square, 'rms')
+                   for p in parameters)
+
+
 def make_optimizer(config: LearnerConfig, learning_rate: tf.Variable):
-  """The Sonnet optimizer named by `config.optimizer`."""
+  """The optimizer named by `config.optimizer`."""
   if config.optimizer == 'adam':
     return snt.optimizers.Adam(learning_rate, beta1=config.adam_beta1,
                                beta2=config.adam_beta2,
                                epsilon=config.adam_epsilon)
-  return snt.optimizers.RMSProp(learning_rate, decay=config.rmsprop_decay,
-                                momentum=config.rmsprop_momentum,
-                                epsilon=config.rmsprop_epsilon)
+  return RMSProp(learning_rate, decay=config.rmsprop_decay,
+                 momentum=config.rmsprop_momentum,
+                 epsilon=config.rmsprop_epsilon,
+                 initial_mean_square=config.rmsprop_initial_mean_square)
 
 
 class AlignedBatch(NamedTuple):

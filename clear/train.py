@@ -73,7 +73,8 @@ flags.DEFINE_enum('network', 'auto',
                   ['auto', 'impala_shallow', 'impala_deep', 'mlp',
                    'fullyconv'], 'Agent torso.')
 flags.DEFINE_integer('core_size', None,
-                     'LSTM size (default: 256 for pixels, 64 for gym).')
+                     'LSTM size (default: 256 for pixels, 64 for gym); 0 '
+                     'makes the impala agent feed-forward.')
 flags.DEFINE_bool('separate_critic', False,
                   'Give the critic its own network (needed to pretrain a '
                   'critic without a shared torso).')
@@ -86,6 +87,9 @@ flags.DEFINE_float('learning_rate', None,
 flags.DEFINE_enum('optimizer', None, list(learner_lib.OPTIMIZERS),
                   'Optimizer (default per env family: rmsprop, as IMPALA, '
                   'for Atari; adam otherwise; see FAMILY_DEFAULTS).')
+flags.DEFINE_float('rmsprop_initial_mean_square', 1.0,
+                   "Where RMSProp's mean of squared gradients starts: 1 as "
+                   "in TF1's RMSPropOptimizer (IMPALA's), 0 as in Sonnet's.")
 flags.DEFINE_float('clip_grad_norm', 40.0,
                    'Global gradient-norm clip (0 disables).')
 flags.DEFINE_float('discounting', 0.99, 'Discount factor.')
@@ -179,7 +183,8 @@ IMPALA_ONLY_FLAGS = ('replay_proportion', 'replay_buffer_size',
                      'replay_sampling', 'replay_storage',
                      'replay_prefill_unrolls', 'policy_cloning_cost',
                      'value_cloning_cost', 'baseline_cost', 'clip_advantage',
-                     'optimizer', 'num_critic_pretrain_frames',
+                     'optimizer', 'rmsprop_initial_mean_square',
+                     'num_critic_pretrain_frames',
                      'separate_critic')
 
 
@@ -305,6 +310,11 @@ def _impala_problems(f):
                     'replay: set --replay_proportion > 0 or drop them.')
   if num_replay and f.replay_buffer_size < 1:
     problems.append('--replay_buffer_size must be >= 1 with replay on.')
+  if f.rmsprop_initial_mean_square < 0:
+    problems.append('--rmsprop_initial_mean_square must be >= 0.')
+  if (f['rmsprop_initial_mean_square'].present and
+      family_default(f, 'optimizer') != 'rmsprop'):
+    problems.append('--rmsprop_initial_mean_square needs --optimizer=rmsprop.')
   return problems
 
 
@@ -360,6 +370,10 @@ def validate(f) -> None:
     problems.append(f'--unroll_length must be >= 1 (got {f.unroll_length}).')
   if f.batch_size < 1:
     problems.append(f'--batch_size must be >= 1 (got {f.batch_size}).')
+  if f.core_size is not None and (
+      f.core_size < 0 or f.core_size == 0 and f.algorithm != 'impala'):
+    problems.append(f'--core_size must be >= 1, or 0 (feed-forward) with '
+                    f'--algorithm=impala (got {f.core_size}).')
   if f.algorithm == 'impala':
     problems.extend(_impala_problems(f))
   else:
@@ -442,6 +456,7 @@ def config_from_flags(f) -> run_loop.RunConfig:
         clip_grad_norm=f.clip_grad_norm, clip_advantage=f.clip_advantage,
         learning_rate=family_default(f, 'learning_rate'),
         optimizer=family_default(f, 'optimizer'),
+        rmsprop_initial_mean_square=f.rmsprop_initial_mean_square,
         fixed_step_mul=f.fixed_step_mul,
         step_mul=env_options.get('step_mul', 1),
         jit_compile=f.jit_compile)

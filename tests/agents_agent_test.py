@@ -28,13 +28,19 @@ FAMILIES = {
     'fullyconv_separate_critic': (testing.sc2_spec,
                                   dict(network='fullyconv',
                                        separate_critic=True)),
+    'shallow_feed_forward': (testing.atari_spec,
+                             dict(network='impala_shallow', core_size=0)),
+    'fullyconv_feed_forward_separate_critic': (
+        testing.sc2_spec, dict(network='fullyconv', core_size=0,
+                               separate_critic=True)),
 }
 
 
 def _make(family, seed=0):
   spec_fn, kwargs = FAMILIES[family]
   spec = spec_fn()
-  return spec, agents.make_agent(spec, core_size=CORE, seed=seed, **kwargs)
+  return spec, agents.make_agent(spec, seed=seed,
+                                 **{'core_size': CORE, **kwargs})
 
 
 def _trajectory(spec, seed=0):
@@ -130,7 +136,7 @@ def test_output_shapes_and_dtypes(family):
     assert np.all((out.action[k] >= 0) & (out.action[k] < s.num_values))
   assert out.baseline.dtype == tf.float32 and out.baseline.shape == [B]
   expected_keys = {'policy', 'critic'} if 'critic' in family else {'policy'}
-  assert set(state) == expected_keys
+  assert set(state) == (set() if 'feed_forward' in family else expected_keys)
   for leaf in tree.flatten(state):
     assert leaf.dtype == tf.float32 and leaf.shape == [B, CORE]
 
@@ -144,9 +150,32 @@ def test_output_shapes_and_dtypes(family):
   assert out.baseline.shape == [T, B]
 
 
+@pytest.mark.parametrize('family', ['shallow', 'shallow_feed_forward',
+                                    'fullyconv_feed_forward_separate_critic'])
+def test_feed_forward_outputs_depend_on_the_current_step_only(family):
+  # Shuffling the time steps shuffles a feed-forward agent's outputs the same
+  # way; an LSTM agent's outputs depend on the order.
+  spec, agent = _make(family)
+  prev_actions, env_outputs = _trajectory(spec)
+  env_outputs = env_outputs._replace(done=np.zeros_like(env_outputs.done))
+  order = np.array([3, 0, 4, 1, 2])
+  shuffle = lambda x: tf.gather(x, order)
+  out, _ = agent.unroll(prev_actions, env_outputs, agent.initial_state(B))
+  shuffled, _ = agent.unroll(tree.map_structure(shuffle, prev_actions),
+                             tree.map_structure(shuffle, env_outputs),
+                             agent.initial_state(B))
+  same = np.allclose(shuffle(out.baseline), shuffled.baseline, atol=1e-5)
+  assert same == ('feed_forward' in family)
+  if same:
+    for k in spec.action_spec:
+      np.testing.assert_allclose(shuffle(out.logits[k]), shuffled.logits[k],
+                                 rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize('family,jit', [('shallow', False), ('shallow', True),
                                         ('fullyconv_step_mul', False),
-                                        ('fullyconv_step_mul', True)])
+                                        ('fullyconv_step_mul', True),
+                                        ('shallow_feed_forward', True)])
 def test_unroll_in_tf_function_with_unknown_time(family, jit):
   spec, agent = _make(family)
   unroll = tf.function(
@@ -296,7 +325,7 @@ BAD_ARGUMENTS = [
     ('fullyconv', lambda: agents.make_agent(testing.control_spec(),
                                             network='fullyconv')),
     ('core_size', lambda: agents.make_agent(testing.control_spec(),
-                                            core_size=0)),
+                                            core_size=-1)),
     ('action_spec', lambda: agents.make_agent(types.EnvSpec(
         testing.control_spec().observation_spec,
         {'force': types.ContinuousSpec((1,), -1., 1.)}))),

@@ -277,6 +277,26 @@ def test_optimizers_update_every_variable(optimizer):
   assert all(changed)
 
 
+@pytest.mark.parametrize('initial', [1.0, 0.0])
+def test_rmsprop_first_update_follows_the_initial_mean_square(initial):
+  # One update from mean square m0: m = decay m0 + (1 - decay) g^2 and
+  # w -= lr g / sqrt(m + epsilon) (momentum 0). m0 = 1 is TF1's RMSProp,
+  # whose first steps are about lr g; m0 = 0 is Sonnet's, about 10 lr sign(g).
+  agent, batch = agent_and_batch()
+  learner = make_learner(agent, optimizer='rmsprop', learning_rate=1e-2,
+                         rmsprop_initial_mean_square=initial)
+  grads, _ = learner._grads_fn(batch)
+  before = values_of(agent.trainable_variables)
+  learner.step(batch)
+  config = learner.config
+  for b, a, g in zip(before, values_of(agent.trainable_variables), grads):
+    g = g.numpy()
+    mean_square = (config.rmsprop_decay * initial +
+                   (1 - config.rmsprop_decay) * g**2)
+    expected = b - 1e-2 * g / np.sqrt(mean_square + config.rmsprop_epsilon)
+    np.testing.assert_allclose(a, expected, rtol=1e-4, atol=1e-7)
+
+
 def test_xla_step_matches_the_plain_step():
   plain_agent, batch = agent_and_batch()
   xla_agent = TinyTestAgent()

@@ -68,8 +68,9 @@ def test_phases_run_in_order_and_resume_where_they_stopped(tmp_path):
           'episode/gym:CartPole-v1/return'} <= tags
 
 
-def test_resume_restores_weights_and_optimizer_slots(tmp_path):
-  config = make_config(tmp_path)
+@pytest.mark.parametrize('optimizer', ['adam', 'rmsprop'])
+def test_resume_restores_weights_and_optimizer_slots(tmp_path, optimizer):
+  config = make_config(tmp_path, optimizer=optimizer)
   run_loop.train(config, max_updates=2)
   saved = saved_variables(tmp_path)
   run = run_loop._Run(config)
@@ -86,16 +87,19 @@ def test_resume_restores_weights_and_optimizer_slots(tmp_path):
                               {'agent': fresh.agent})
   for a, b in zip(fresh.get_weights(), run.policy.get_weights()):
     np.testing.assert_array_equal(a, b)
-  # Optimizer slots are created lazily and restored when they appear:
-  # Adam with zero gradients leaves m = beta1 * m_saved.
+  # Optimizer slots are created lazily and restored when they appear: zero
+  # gradients leave Adam's m = beta1 * m_saved and RMSProp's mean square
+  # ms = decay * ms_saved (not decay * 1, its initial value).
   variables = run.policy.agent.trainable_variables
   learner.optimizer.apply([tf.zeros_like(v) for v in variables], variables)
-  for i, m in enumerate(learner.optimizer.m):
-    np.testing.assert_allclose(
-        m.numpy(), 0.9 * saved[f'optimizer/m/{i}/.ATTRIBUTES/VARIABLE_VALUE'],
-        rtol=1e-6)
-  assert learner.optimizer.step.numpy() == 1 + saved[
-      'optimizer/step/.ATTRIBUTES/VARIABLE_VALUE']
+  slots, decay = (('m', 0.9) if optimizer == 'adam' else ('ms', 0.99))
+  for i, slot in enumerate(getattr(learner.optimizer, slots)):
+    saved_slot = saved[f'optimizer/{slots}/{i}/.ATTRIBUTES/VARIABLE_VALUE']
+    assert np.any(np.abs(saved_slot - 1) > 1e-3)
+    np.testing.assert_allclose(slot.numpy(), decay * saved_slot, rtol=1e-6)
+  if optimizer == 'adam':
+    assert learner.optimizer.step.numpy() == 1 + saved[
+        'optimizer/step/.ATTRIBUTES/VARIABLE_VALUE']
 
 
 def latest_run_state(logdir):
@@ -244,19 +248,23 @@ def test_missing_replay_needs_an_explicit_flag(tmp_path):
   assert len(run.buffer) == 0
 
 
-@pytest.mark.parametrize('env_name', ['gym:CartPole-v1', 'atari:Pong'])
+@pytest.mark.parametrize('env_name,core_size', [('gym:CartPole-v1', 8),
+                                                ('gym:CartPole-v1', 0),
+                                                ('atari:Pong', 16)])
 def test_a_resumed_inline_run_matches_an_uninterrupted_one(tmp_path,
-                                                           env_name):
+                                                           env_name,
+                                                           core_size):
   # 4 envs x 1 actor give 4 unrolls per collect and a batch takes 3 (1
   # replayed + 2 fresh): stops leave unconsumed unrolls and running
-  # episodes behind, which the resumed run must continue exactly.
+  # episodes behind, which the resumed run must continue exactly. Core
+  # size 0 is a feed-forward agent, whose state (and replayed state) is {}.
   kwargs = dict(backend='inline', seed=5, batch_size=3, num_replay=1,
-                env_name=env_name)
+                env_name=env_name,
+                agent_config=policy_lib.AgentConfig('auto', core_size))
   if env_name.startswith('atari'):
     kwargs.update(env_options={'noop_max': 5, 'repeat_action_probability':
                                0.25}, unroll_length=3, envs_per_actor=2,
-                  batch_size=2, agent_config=policy_lib.AgentConfig(
-                      'impala_shallow', 16))
+                  batch_size=2)
   whole = make_config(tmp_path / 'whole', **kwargs)
   run_loop.train(whole, max_updates=9)
   parts = whole._replace(logdir=str(tmp_path / 'parts'))

@@ -124,6 +124,12 @@ def test_unknown_game_gives_one_message_and_no_traceback(tmp_path):
     (['--nofixed_step_mul', '--step_mul=4'], '--step_mul'),
     (['--nofixed_step_mul', '--max_step_mul=0'], '--max_step_mul'),
     (['--discounting=1.5'], '--discounting'),
+    (['--core_size=-1'], '--core_size must be >= 1, or 0'),
+    (['--rmsprop_initial_mean_square=-1', '--optimizer=rmsprop'],
+     '--rmsprop_initial_mean_square must be >= 0'),
+    (['--rmsprop_initial_mean_square=0'], 'needs --optimizer=rmsprop'),
+    (['--algorithm=sac', '--core_size=0'], '0 (feed-forward) with '
+     '--algorithm=impala'),
     (['--env=Pong'], '--env'),
     (['--init_scope=critic'], '--init_scope needs --init_from'),
     (['--algorithm=ppg', '--tau=0.1'], '--tau applies to --algorithm=ddpg/sac'),

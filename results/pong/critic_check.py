@@ -31,9 +31,18 @@ from agents import initializers
 from agents import torsos
 from clear import types
 
-flags.DEFINE_enum('core', 'lstm', ['none', 'lstm'], 'What sits between the '
-                  'torso and the value head.')
+flags.DEFINE_enum('core', 'lstm', ['none', 'lstm', 'lstm_skip'],
+                  'What sits between the torso and the value head '
+                  '(lstm_skip: the head sees the LSTM output and the torso '
+                  'features).')
 flags.DEFINE_float('target_scale', 1.0, 'Targets are multiplied by this.')
+flags.DEFINE_enum('optimizer', 'rmsprop', ['rmsprop', 'rmsprop_ones', 'adam'],
+                  "rmsprop: Sonnet's, mean square starting at 0; "
+                  "rmsprop_ones: mean square starting at 1, as TF1's "
+                  "RMSPropOptimizer that IMPALA used; adam.")
+flags.DEFINE_float('torso_gain', 1.0, 'Scale of the torso initialiser '
+                   '(sqrt(2) is He initialisation).')
+flags.DEFINE_float('learning_rate', 6e-4, 'Learning rate.')
 flags.DEFINE_integer('updates', 2000, 'Gradient steps.')
 flags.DEFINE_integer('eval_every', 500, 'Steps between evaluations.')
 flags.DEFINE_string('out', '', 'Also write the JSON here.')
@@ -71,10 +80,16 @@ def main(argv):
   returns = returns * FLAGS.target_scale
   spec = {'frame': types.ArraySpec((84, 84, 4), np.uint8)}
   w_init = initializers.SeededFanIn(np.random.default_rng(1))
-  torso = torsos.ImpalaShallowTorso(spec, w_init)
+  torso = torsos.ImpalaShallowTorso(
+      spec, initializers.SeededFanIn(np.random.default_rng(2),
+                                     FLAGS.torso_gain))
   head = snt.Linear(1, w_init=w_init)
   core = snt.LSTM(256, w_i_init=w_init, w_h_init=w_init)
-  optimizer = snt.optimizers.RMSProp(6e-4, decay=0.99, epsilon=0.01)
+  if FLAGS.optimizer == 'adam':
+    optimizer = snt.optimizers.Adam(FLAGS.learning_rate)
+  else:
+    optimizer = snt.optimizers.RMSProp(FLAGS.learning_rate, decay=0.99,
+                                       epsilon=0.01)
 
   def values(x):
     """`[B, L]` values of `[B, L, 84, 84, 4]` sequences (state reset)."""
@@ -87,6 +102,8 @@ def main(argv):
     outputs = []
     for t in range(length):
       output, state = core(features[:, t], state)
+      if FLAGS.core == 'lstm_skip':
+        output = tf.concat([output, features[:, t]], -1)
       outputs.append(head(output)[:, 0])
     return tf.stack(outputs, 1)
 
@@ -97,7 +114,7 @@ def main(argv):
     with tf.GradientTape() as tape:
       loss = 0.5 * tf.reduce_sum(tf.square(values(x) - y))
     variables = torso.trainable_variables + head.trainable_variables
-    if FLAGS.core == 'lstm':
+    if FLAGS.core != 'none':
       variables += core.trainable_variables
     grads, _ = tf.clip_by_global_norm(tape.gradient(loss, variables), 40.0)
     optimizer.apply(grads, variables)
@@ -110,6 +127,15 @@ def main(argv):
   held_out = [(e, s) for e in range(TRAIN_ENVS, NUM_ENVS)
               for s in range(0, STEPS - LENGTH, 100)]
   test_x, test_y = sequences(*zip(*held_out))
+  if FLAGS.optimizer == 'rmsprop_ones':
+    values_fn(test_x[:1])  # Builds the variables.
+    variables = torso.trainable_variables + head.trainable_variables
+    if FLAGS.core != 'none':
+      variables += core.trainable_variables
+    optimizer.apply([tf.zeros_like(v) for v in variables], variables)
+    for ms in optimizer.ms:
+      ms.assign(tf.ones_like(ms))
+
   history = []
   for step in range(FLAGS.updates + 1):
     if step % FLAGS.eval_every == 0:
