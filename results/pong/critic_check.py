@@ -10,6 +10,11 @@ explained variance and the torso's feature statistics along the way.
   python results/pong/critic_check.py --core=none
   python results/pong/critic_check.py --core=lstm
   python results/pong/critic_check.py --core=lstm --target_scale=0.1
+  python results/pong/critic_check.py --core=lstm --updates=1000 \
+      --optimizer=rmsprop_ones
+  python results/pong/critic_check.py --core=lstm --updates=1000 \
+      --optimizer=adam --learning_rate=1e-4
+  python results/pong/critic_check.py --core=lstm_skip --updates=1000
 """
 
 import json
@@ -156,6 +161,9 @@ def main(argv):
                      rng.integers(0, STEPS - LENGTH, 8))
     update(x, y)
   result = {'core': FLAGS.core, 'target_scale': FLAGS.target_scale,
+            'optimizer': FLAGS.optimizer,
+            'learning_rate': FLAGS.learning_rate,
+            'torso_gain': FLAGS.torso_gain,
             'target_std': float(returns.std()),
             'target_mean': float(returns.mean()), 'history': history}
   print(json.dumps(result, indent=1))
