@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
 import envs
 from agents import initializers
 from agents import torsos
+from clear import learner as learner_lib
 from clear import types
 
 flags.DEFINE_enum('core', 'lstm', ['none', 'lstm', 'lstm_skip'],
@@ -84,17 +85,20 @@ def main(argv):
   frames, returns = collect(rng)
   returns = returns * FLAGS.target_scale
   spec = {'frame': types.ArraySpec((84, 84, 4), np.uint8)}
-  w_init = initializers.SeededFanIn(np.random.default_rng(1))
+  # One generator for all weights, so --torso_gain=1 gives the same start
+  # as the runs before the flag existed.
+  init_rng = np.random.default_rng(1)
+  w_init = initializers.SeededFanIn(init_rng)
   torso = torsos.ImpalaShallowTorso(
-      spec, initializers.SeededFanIn(np.random.default_rng(2),
-                                     FLAGS.torso_gain))
+      spec, initializers.SeededFanIn(init_rng, FLAGS.torso_gain))
   head = snt.Linear(1, w_init=w_init)
   core = snt.LSTM(256, w_i_init=w_init, w_h_init=w_init)
   if FLAGS.optimizer == 'adam':
     optimizer = snt.optimizers.Adam(FLAGS.learning_rate)
   else:
-    optimizer = snt.optimizers.RMSProp(FLAGS.learning_rate, decay=0.99,
-                                       epsilon=0.01)
+    optimizer = learner_lib.RMSProp(
+        FLAGS.learning_rate, decay=0.99, momentum=0.0, epsilon=0.01,
+        initial_mean_square=float(FLAGS.optimizer == 'rmsprop_ones'))
 
   def values(x):
     """`[B, L]` values of `[B, L, 84, 84, 4]` sequences (state reset)."""
@@ -132,15 +136,6 @@ def main(argv):
   held_out = [(e, s) for e in range(TRAIN_ENVS, NUM_ENVS)
               for s in range(0, STEPS - LENGTH, 100)]
   test_x, test_y = sequences(*zip(*held_out))
-  if FLAGS.optimizer == 'rmsprop_ones':
-    values_fn(test_x[:1])  # Builds the variables.
-    variables = torso.trainable_variables + head.trainable_variables
-    if FLAGS.core != 'none':
-      variables += core.trainable_variables
-    optimizer.apply([tf.zeros_like(v) for v in variables], variables)
-    for ms in optimizer.ms:
-      ms.assign(tf.ones_like(ms))
-
   history = []
   for step in range(FLAGS.updates + 1):
     if step % FLAGS.eval_every == 0:
