@@ -518,11 +518,14 @@ def _log_progress(run: _Run, pool, frame_rate, step_rate, total):
     replay_stats = run.buffer.stats()
     tf.summary.scalar('replay/size', replay_stats.size, step=step)
     tf.summary.scalar('replay/bytes', replay_stats.nbytes, step=step)
-    frames_per_unroll = lc.unroll_length * lc.step_mul
-    logging.info('replay: %d/%d unrolls (%s/%s env frames), %.1f MB',
+    # A dynamic multiplier makes frames per step vary: count agent steps.
+    per_unroll, unit = ((lc.unroll_length * lc.step_mul, 'env frames')
+                        if lc.fixed_step_mul
+                        else (lc.unroll_length, 'agent steps'))
+    logging.info('replay: %d/%d unrolls (%s/%s %s), %.1f MB',
                  len(run.buffer), run.buffer.capacity,
-                 f'{len(run.buffer) * frames_per_unroll:,}',
-                 f'{run.buffer.capacity * frames_per_unroll:,}',
+                 f'{len(run.buffer) * per_unroll:,}',
+                 f'{run.buffer.capacity * per_unroll:,}', unit,
                  run.buffer.nbytes / 1e6)
 
 

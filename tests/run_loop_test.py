@@ -102,6 +102,21 @@ def test_resume_restores_weights_and_optimizer_slots(tmp_path, optimizer):
         'optimizer/step/.ATTRIBUTES/VARIABLE_VALUE']
 
 
+def test_dynamic_step_multipliers_count_the_frames_they_ran(tmp_path,
+                                                           caplog):
+  # 3 updates x 2 fresh unrolls x 5 steps, each step running 1 to 4 frames:
+  # a count of exactly 30 would mean the multipliers were never applied.
+  config = make_config(tmp_path, backend='inline', fixed_step_mul=False,
+                       env_options={'fixed_step_mul': False,
+                                    'max_step_mul': 4})
+  with caplog.at_level('INFO'):
+    result = run_loop.train(config, max_updates=3)
+  assert 30 < result.num_env_frames <= 30 * 4
+  replay_lines = [r.getMessage() for r in caplog.records
+                  if r.getMessage().startswith('replay:')]
+  assert replay_lines and all('agent steps' in line for line in replay_lines)
+
+
 def latest_run_state(logdir):
   states = glob.glob(os.path.join(str(logdir), 'checkpoints', 'state-*',
                                   'run.npz'))
