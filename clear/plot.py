@@ -229,6 +229,9 @@ class CurveSummary(NamedTuple):
       any time the run was stopped before a resume).
     run_seconds_to_threshold: the seconds the run had spent running by
       then, interpolated in its `runtime/run_time_s` (None without it).
+    means_at_frames: dict frames -> the mean of the last `window` returns
+      of episodes that ended by then (None if fewer, or if the curve
+      stops before those frames), to compare runs at equal frames.
   """
   episodes: int
   frames: int
@@ -238,15 +241,28 @@ class CurveSummary(NamedTuple):
   frames_to_threshold: Optional[int]
   seconds_to_threshold: Optional[float]
   run_seconds_to_threshold: Optional[float] = None
+  means_at_frames: Optional[Dict[int, Optional[float]]] = None
+
+
+def _mean_at(series: Series, frames: int, window: int) -> Optional[float]:
+  """Mean of the last `window` returns ending by `frames` (see above)."""
+  if not len(series.steps) or frames > series.steps[-1]:
+    return None
+  end = int(np.searchsorted(series.steps, frames, side='right'))
+  if end < window:
+    return None
+  return float(np.mean(series.values[end - window:end]))
 
 
 def summarize_curve(series: Series, window: int = 100,
                     threshold: Optional[float] = None,
                     start_time: Optional[float] = None,
-                    run_time: Optional[Series] = None) -> CurveSummary:
+                    run_time: Optional[Series] = None,
+                    at_frames: Sequence[int] = ()) -> CurveSummary:
   """Summarizes one curve of episode returns with `window`-episode means;
   seconds count from `start_time` (default: the first episode's end), run
-  seconds are read from `run_time` (see `Run`)."""
+  seconds are read from `run_time` (see `Run`), and trailing means are
+  also taken at each of `at_frames`."""
   means = trailing_means(series.values, window)
   frames = seconds = run_seconds = None
   if threshold is not None:
@@ -266,16 +282,20 @@ def summarize_curve(series: Series, window: int = 100,
                   if len(series.values) else None),
       best_mean=float(means.max()) if means.size else None,
       threshold=threshold, frames_to_threshold=frames,
-      seconds_to_threshold=seconds, run_seconds_to_threshold=run_seconds)
+      seconds_to_threshold=seconds, run_seconds_to_threshold=run_seconds,
+      means_at_frames=({int(n): _mean_at(series, int(n), window)
+                        for n in at_frames} if len(at_frames) else None))
 
 
 def summarize(runs: Sequence[Run], window: int = 100,
-              threshold: Optional[float] = None) -> Dict[str, Dict]:
+              threshold: Optional[float] = None,
+              at_frames: Sequence[int] = ()) -> Dict[str, Dict]:
   """label -> {'logdir', 'training': env -> `CurveSummary` as a dict}."""
   return {run.label: {
       'logdir': run.logdir,
       'training': {env: summarize_curve(series, window, threshold,
-                                        run_time=run.run_time)._asdict()
+                                        run_time=run.run_time,
+                                        at_frames=at_frames)._asdict()
                    for env, series in sorted(run.train_curves.items())}}
           for run in runs}
 
@@ -439,9 +459,27 @@ def _define_flags():
                       'and seconds to --threshold).')
   flags.DEFINE_integer('window', 100, 'Episodes per trailing mean in the '
                        'summary.')
+  flags.DEFINE_list('at_frames', [], 'Env frame counts (comma-separated) at '
+                    'which the summary also reports each run\'s trailing '
+                    'mean, to compare runs at equal frames.')
   flags.DEFINE_float('threshold', None, 'Return whose first crossing by the '
                      'trailing mean the summary reports.')
   flags.mark_flag_as_required('logdir')
+
+
+def _frame_counts(texts: Sequence[str]) -> List[int]:
+  """--at_frames as ints (accepts 5000000, 5e6 and 5_000_000)."""
+  counts = []
+  for text in texts:
+    try:
+      value = float(text.replace('_', ''))
+    except ValueError:
+      value = float('nan')
+    if not (value >= 0 and value == int(value)):
+      raise ValueError(f'--at_frames takes non-negative frame counts, got '
+                       f'{text!r}.')
+    counts.append(int(value))
+  return counts
 
 
 def main(argv):
@@ -451,7 +489,8 @@ def main(argv):
   try:
     runs = load_runs(f.logdir, f.labels, f.tag_prefix, f.train_tag_prefix)
     if f.summary_out:
-      summary = summarize(runs, f.window, f.threshold)
+      summary = summarize(runs, f.window, f.threshold,
+                          _frame_counts(f.at_frames))
       continual.write_json(f.summary_out, summary)
       print(json.dumps(summary, indent=1))
       print(f'Wrote {f.summary_out}')

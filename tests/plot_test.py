@@ -156,6 +156,19 @@ def test_summarize_curve_by_hand():
   short = plot.summarize_curve(series, window=10, threshold=0.0)
   assert (short.final_mean, short.best_mean, short.frames_to_threshold) == (
       2.0, None, None)
+  # Episodes ended by frame 35: returns 0, 1, 2 -> last two average 1.5.
+  # By frame 10 only one episode ended; frame 60 is past the curve's end.
+  at = plot.summarize_curve(series, window=2, at_frames=[35, 10, 50, 60])
+  assert at.means_at_frames == {35: 1.5, 10: None, 50: 3.5, 60: None}
+  assert summary.means_at_frames is None
+
+
+def test_frame_counts_parse_or_say_what_is_wrong():
+  assert plot._frame_counts(['5000000', '1e7', '2_500_000']) == [
+      5000000, 10000000, 2500000]
+  for bad in (['-1'], ['1.5'], ['ten']):
+    with pytest.raises(ValueError, match='--at_frames'):
+      plot._frame_counts(bad)
 
 
 def test_command_line(runs, tmp_path):
@@ -172,6 +185,7 @@ def test_command_line(runs, tmp_path):
   summary_path = str(tmp_path / 'summary' / 'runs.json')
   result = subprocess.run(command[:-1] + ['--out=', '--window=4',
                                           '--threshold=10',
+                                          '--at_frames=100,300',
                                           f'--summary_out={summary_path}'],
                           cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
@@ -187,6 +201,9 @@ def test_command_line(runs, tmp_path):
     assert curve['frames_to_threshold'] == 25 * first
     assert curve['final_mean'] == pytest.approx(means[-1])
     assert curve['best_mean'] == pytest.approx(max(means))
+    # Episodes ended by step 100 are the first five; 300 is past the end.
+    assert curve['means_at_frames'] == {
+        '100': pytest.approx(np.mean(returns[1:5])), '300': None}
   missing = str(tmp_path / 'missing')
   result = subprocess.run(command[:3] + [f'--logdir={missing}',
                                          f'--out={out}'],
