@@ -475,7 +475,7 @@ def _frame_counts(texts: Sequence[str]) -> List[int]:
       value = float(text.replace('_', ''))
     except ValueError:
       value = float('nan')
-    if not (value >= 0 and value == int(value)):
+    if not (math.isfinite(value) and value >= 0 and value == int(value)):
       raise ValueError(f'--at_frames takes non-negative frame counts, got '
                        f'{text!r}.')
     counts.append(int(value))

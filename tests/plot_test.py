@@ -166,7 +166,7 @@ def test_summarize_curve_by_hand():
 def test_frame_counts_parse_or_say_what_is_wrong():
   assert plot._frame_counts(['5000000', '1e7', '2_500_000']) == [
       5000000, 10000000, 2500000]
-  for bad in (['-1'], ['1.5'], ['ten']):
+  for bad in (['-1'], ['1.5'], ['ten'], ['inf'], ['nan']):
     with pytest.raises(ValueError, match='--at_frames'):
       plot._frame_counts(bad)
 
