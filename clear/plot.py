@@ -244,14 +244,14 @@ class CurveSummary(NamedTuple):
   means_at_frames: Optional[Dict[int, Optional[float]]] = None
 
 
-def _mean_at(series: Series, frames: int, window: int) -> Optional[float]:
-  """Mean of the last `window` returns ending by `frames` (see above)."""
-  if not len(series.steps) or frames > series.steps[-1]:
+def _mean_at(steps: np.ndarray, means: np.ndarray, frames: int,
+             window: int) -> Optional[float]:
+  """The trailing mean (of `trailing_means(values, window)`) of the
+  episodes whose `steps` ended by `frames` (see `CurveSummary`)."""
+  if not len(steps) or frames > steps[-1]:
     return None
-  end = int(np.searchsorted(series.steps, frames, side='right'))
-  if end < window:
-    return None
-  return float(np.mean(series.values[end - window:end]))
+  end = int(np.searchsorted(steps, frames, side='right'))
+  return float(means[end - window]) if end >= window else None
 
 
 def summarize_curve(series: Series, window: int = 100,
@@ -283,7 +283,8 @@ def summarize_curve(series: Series, window: int = 100,
       best_mean=float(means.max()) if means.size else None,
       threshold=threshold, frames_to_threshold=frames,
       seconds_to_threshold=seconds, run_seconds_to_threshold=run_seconds,
-      means_at_frames=({int(n): _mean_at(series, int(n), window)
+      means_at_frames=({int(n): _mean_at(series.steps, means, int(n),
+                                         window)
                         for n in at_frames} if len(at_frames) else None))
 
 
