@@ -50,8 +50,10 @@ flags.DEFINE_enum('mode', 'train', ['train', 'test'],
 flags.DEFINE_string('logdir', '/tmp/clear/cartpole',
                     'Checkpoints, TensorBoard events and results go here.')
 flags.DEFINE_integer('seed', 0, 'Base random seed.')
-flags.DEFINE_integer('total_environment_frames', 400_000,
-                     'Environment frames to train for (replay excluded).')
+flags.DEFINE_integer('total_environment_frames', None,
+                     'Environment frames to train for, replay excluded; the '
+                     'learning rate decays to 0 over them (default per env '
+                     'family: 400k for gym, 40M for Atari and SC2).')
 
 # --- Actors ---------------------------------------------------------------------
 flags.DEFINE_enum('backend', 'local', ['local', 'inline', 'ray'],
@@ -255,19 +257,25 @@ class FamilyDefaults(NamedTuple):
   core_size: int
   envs_per_actor: int
   optimizer: str
+  total_environment_frames: int
 
 
 # gym: dense rewards (CartPole pays 1 a step) make values ~100, whose squared
 # baseline error would swamp the policy gradient; scaling by 0.1 fixes that.
-# atari: IMPALA's Atari settings (RMSProp, decay 0.99, epsilon 0.01).
+# atari: IMPALA's Atari settings (RMSProp, decay 0.99, epsilon 0.01); 40M
+# frames let the recurrent agent learn Pong (+18 near 25M, see the README),
+# where 400k would decay the learning rate to 0 before anything is learned.
 FAMILY_DEFAULTS = {
     'gym': FamilyDefaults(step_mul=1, learning_rate=3e-3, reward_scaling=0.1,
-                          core_size=64, envs_per_actor=64, optimizer='adam'),
+                          core_size=64, envs_per_actor=64, optimizer='adam',
+                          total_environment_frames=400_000),
     'atari': FamilyDefaults(step_mul=4, learning_rate=6e-4,
                             reward_scaling=1.0, core_size=256,
-                            envs_per_actor=32, optimizer='rmsprop'),
+                            envs_per_actor=32, optimizer='rmsprop',
+                            total_environment_frames=40_000_000),
     'sc2': FamilyDefaults(step_mul=8, learning_rate=3e-4, reward_scaling=1.0,
-                          core_size=256, envs_per_actor=1, optimizer='adam'),
+                          core_size=256, envs_per_actor=1, optimizer='adam',
+                          total_environment_frames=40_000_000),
 }
 
 
@@ -289,7 +297,11 @@ def sequence_frames(f) -> int:
 
 
 def total_frames(f) -> int:
-  return sequence_frames(f) if ',' in f.env else f.total_environment_frames
+  """Frames the run trains for: a sequence's, else the flag or the family
+  default."""
+  if ',' in f.env:
+    return sequence_frames(f)
+  return family_default(f, 'total_environment_frames')
 
 
 def _impala_problems(f):
@@ -378,13 +390,14 @@ def validate(f) -> None:
     problems.extend(_impala_problems(f))
   else:
     problems.extend(_port_problems(f))
-  if f.total_environment_frames < 1:
+  known_family = env_family(f.env) in FAMILY_DEFAULTS
+  if f.total_environment_frames is not None and f.total_environment_frames < 1:
     problems.append('--total_environment_frames must be >= 1.')
-  if f.num_critic_pretrain_frames > f.total_environment_frames:
+  elif known_family and f.num_critic_pretrain_frames > total_frames(f):
     problems.append(
         f'--num_critic_pretrain_frames ({f.num_critic_pretrain_frames:,}) '
         'exceeds --total_environment_frames '
-        f'({f.total_environment_frames:,}).')
+        f'({total_frames(f):,}).')
   if f.num_actors < 1 or (f.envs_per_actor is not None and
                           f.envs_per_actor < 1):
     problems.append('--num_actors and --envs_per_actor must be >= 1.')
@@ -421,7 +434,7 @@ def validate(f) -> None:
     problems.append('--init_scope needs --init_from.')
   if f.test_num_episodes < 1:
     problems.append('--test_num_episodes must be >= 1.')
-  if env_family(f.env) not in FAMILY_DEFAULTS:
+  if not known_family:
     problems.append(f'--env={f.env!r}: unknown family; use atari:<Game>, '
                     'sc2:<Map> or gym:<id>.')
   if problems:

@@ -161,6 +161,8 @@ def test_validate_accepts_the_defaults_and_fills_family_defaults():
   assert config.learner_config.learning_rate == 6e-4
   assert config.learner_config.optimizer == 'rmsprop'
   assert config.agent_config.core_size == 256
+  # Long enough to learn a game; the learning rate decays over it.
+  assert config.learner_config.total_environment_frames == 40_000_000
   with flagsaver.flagsaver():
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--env=gym:CartPole-v1'])
@@ -169,6 +171,7 @@ def test_validate_accepts_the_defaults_and_fills_family_defaults():
     flags.FLAGS(['train', '--env=atari:Pong', '--optimizer=adam'])
     chosen = train.config_from_flags(flags.FLAGS)
   assert gym_config.learner_config.optimizer == 'adam'
+  assert gym_config.learner_config.total_environment_frames == 400_000
   assert chosen.learner_config.optimizer == 'adam'
 
 
