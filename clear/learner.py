@@ -3,7 +3,9 @@
 A learner owns an agent, its optimizers and the run's counters. Its `step`
 takes a batch of unrolls (`clear.types.Unroll` with `[T + 1, B, ...]`
 entries), re-unrolls the agent over it, aligns the agent's outputs with the
-actor's (shift by one, bootstrap from the last baseline), computes
+actor's (shift by one, bootstrap from the last baseline), discounts each
+step (per step, or per frame under dynamic step multipliers), cuts the
+targets at truncated episode ends (`losses.cut_at_truncations`), computes
 `losses.impala_clear_loss`, clips gradients by global norm and applies them.
 `critic_step` fits the critic alone to discounted returns.
 
@@ -23,6 +25,7 @@ from clear import losses
 from clear import types
 
 OPTIMIZERS = ('adam', 'rmsprop')
+DISCOUNT_PER = ('step', 'frame')
 
 
 class LearnerConfig(NamedTuple):
@@ -34,7 +37,16 @@ class LearnerConfig(NamedTuple):
     unroll_length: T, agent steps per unroll.
     total_environment_frames: frames over which the learning rate decays
       linearly to zero.
-    discounting: discount factor gamma.
+    discounting: discount factor gamma, per agent step (`discount_per`
+      'step'), or per `discounting_step_mul` frames ('frame').
+    discount_per: 'step' discounts every agent step by `discounting`;
+      'frame' discounts a step of k frames by
+      discounting ** (k / discounting_step_mul), the semi-Markov discount
+      for dynamic step multipliers (k read from the multipliers the actors
+      executed), so that a step of `discounting_step_mul` frames keeps
+      `discounting`.
+    discounting_step_mul: the frames per step at which 'frame' discounting
+      equals `discounting` (the env family's default multiplier).
     reward_clipping: a `losses.clip_rewards` mode.
     reward_scaling: rewards are multiplied by this before clipping.
     baseline_cost, entropy_cost, policy_cloning_cost, value_cloning_cost:
@@ -61,6 +73,8 @@ class LearnerConfig(NamedTuple):
   unroll_length: int = 20
   total_environment_frames: int = int(1e9)
   discounting: float = 0.99
+  discount_per: str = 'step'
+  discounting_step_mul: int = 1
   reward_clipping: str = 'abs_one'
   reward_scaling: float = 1.0
   baseline_cost: float = 0.5
@@ -108,6 +122,12 @@ def validate_config(config: LearnerConfig):
   if not 0.0 <= config.discounting <= 1.0:
     raise ValueError(
         f'discounting must be in [0, 1], got {config.discounting}.')
+  if config.discount_per not in DISCOUNT_PER:
+    raise ValueError(f'discount_per must be one of {DISCOUNT_PER}, got '
+                     f'{config.discount_per!r}.')
+  if config.discounting_step_mul < 1:
+    raise ValueError('discounting_step_mul must be >= 1, got '
+                     f'{config.discounting_step_mul}.')
 
 
 class RMSProp(snt.optimizers.RMSProp):
@@ -189,14 +209,48 @@ def align(learner_outputs, batch: types.Unroll) -> AlignedBatch:
       bootstrap_value=learner_outputs.baseline[-1])
 
 
-def transition_discounts(done, truncated, discounting):
+def transition_discounts(done, truncated, discounting, step_frames=None,
+                         discounting_step_mul=1):
   """`[T, B]` discounts: 0 after a termination, gamma otherwise.
 
-  A truncated episode (time limit, env crash) keeps its discount: cutting it
-  to zero would teach the critic that the episode really ended there.
+  T is time, B is batch. A truncated episode (time limit, env crash) keeps
+  its discount: zeroing it would teach the critic that the episode really
+  ended there (`losses.cut_at_truncations` then keeps the next episode out
+  of the targets).
+
+  Args:
+    done, truncated: bool `[T, B]`, how row t's transition ended.
+    discounting: gamma, a python float.
+    step_frames: None (every step is discounted by gamma), or `[T, B]`
+      frames each step ran: row t is then discounted by
+      gamma ** (step_frames_t / discounting_step_mul).
+    discounting_step_mul: frames per step that are discounted by exactly
+      gamma when `step_frames` is given.
+
+  Returns:
+    float32 `[T, B]`.
   """
   terminated = tf.logical_and(done, tf.logical_not(truncated))
-  return tf.cast(tf.logical_not(terminated), tf.float32) * discounting
+  alive = tf.cast(tf.logical_not(terminated), tf.float32)
+  if step_frames is None:
+    return alive * discounting
+  exponent = tf.cast(step_frames, tf.float32) / float(discounting_step_mul)
+  return alive * tf.pow(tf.constant(discounting, tf.float32), exponent)
+
+
+def executed_step_frames(batch: types.Unroll, config: LearnerConfig):
+  """`[T, B]` frames each aligned step ran, or None with per-step discounts.
+
+  With dynamic multipliers they are the executed ones (the behaviour
+  actions m, m + 1 frames each), read for every column, replayed ones
+  included; with a fixed multiplier every step ran `config.step_mul`.
+  """
+  if config.discount_per == 'step':
+    return None
+  if config.fixed_step_mul:
+    reward = batch.env_outputs.reward[1:]
+    return tf.fill(tf.shape(reward), config.step_mul)
+  return batch.agent_outputs.action[types.STEP_MUL_KEY][1:] + 1
 
 
 def frames_in_batch(batch: types.Unroll, num_replay: int,
@@ -289,8 +343,12 @@ class ImpalaClearLearner(snt.Module):
     aligned = align(learner_outputs, batch)
     rewards = losses.clip_rewards(aligned.rewards * self.config.reward_scaling,
                                   self.config.reward_clipping)
-    discounts = transition_discounts(aligned.done, aligned.truncated,
-                                     self.config.discounting)
+    discounts = transition_discounts(
+        aligned.done, aligned.truncated, self.config.discounting,
+        executed_step_frames(batch, self.config),
+        self.config.discounting_step_mul)
+    rewards, discounts = losses.cut_at_truncations(
+        rewards, discounts, aligned.target.baseline, aligned.truncated)
     return aligned, rewards, discounts
 
   def _decay_learning_rate(self):
@@ -420,8 +478,10 @@ class ImpalaClearLearner(snt.Module):
 
   @snt.no_name_scope
   def _write_summaries(self, metrics, batch, prefix):
-    """Writes scalars and action histograms to the default summary writer."""
-    step = self.num_steps
+    """Writes scalars and action histograms to the default summary writer,
+    stepped by env frames like every other summary of a run (the update
+    count is the `num_steps` scalar)."""
+    step = self.num_env_frames
     for name, value in metrics.items():
       if name != 'skipped':
         tf.summary.scalar(prefix + name, value, step=step)

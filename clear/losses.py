@@ -119,6 +119,57 @@ def discounted_returns(rewards, discounts, bootstrap_value):
   return _discounted_returns_maths(rewards, discounts, bootstrap_value)
 
 
+def cut_at_truncations(rewards, discounts, values, truncated):
+  """Keeps value targets from crossing a truncated episode end.
+
+  T is time, B is batch. Row t describes the transition from x_t; where it
+  was truncated (time limit, env crash), the batched env has already
+  replaced x_{t+1} with the first observation of the next episode, so any
+  target that bootstraps through row t would mix two episodes. This cuts
+  the trace at row t instead:
+
+    rewards_t <- V(x_t) (gradient stopped), discounts_t <- 0.
+
+  Every return-like target built by a backward recursion over
+  (rewards, discounts) then equals V(x_t) at row t and bootstraps from
+  V(x_t) at row t - 1: V-trace gives v_t = V(x_t) and a policy-gradient
+  advantage of exactly 0 there, and TD(lambda), GAE and discounted returns
+  give a zero advantage and a target equal to the value. The truncated
+  step itself is not learned from (its reward is lost, one step per
+  truncation), and nothing of the next episode reaches the targets of the
+  episode that was cut.
+
+  The alternative, bootstrapping from the real final observation, would
+  need the actor to send that observation (one more frame per truncation
+  through every unroll and the replay) or its value under the behaviour
+  weights (stale by the time the learner uses it); cutting needs only the
+  `truncated` flag, which every unroll already holds.
+
+  Args:
+    rewards: float32 `[T, B]`, r_t (clipped and scaled).
+    discounts: float32 `[T, B]`, d_t.
+    values: float32 `[T, B]`, V(x_t).
+    truncated: bool `[T, B]`, row t's transition was truncated.
+
+  Returns:
+    (rewards, discounts), float32 `[T, B]` each, gradients stopped.
+
+  Raises:
+    ValueError: when a rank is not 2.
+  """
+  name = 'cut_at_truncations'
+  rewards = tf.convert_to_tensor(rewards)
+  discounts = tf.convert_to_tensor(discounts, dtype=rewards.dtype)
+  values = tf.stop_gradient(tf.convert_to_tensor(values, dtype=rewards.dtype))
+  truncated = tf.convert_to_tensor(truncated, dtype=tf.bool)
+  for arg_name, tensor in (('rewards', rewards), ('discounts', discounts),
+                           ('values', values), ('truncated', truncated)):
+    _check_rank(name, arg_name, tensor, 2)
+  return (tf.stop_gradient(tf.where(truncated, values, rewards)),
+          tf.stop_gradient(tf.where(truncated, tf.zeros_like(discounts),
+                                    discounts)))
+
+
 def _negative_entropy(logits):
   """sum_a p(a) log p(a) per step; exact zeros for masked (p = 0) choices."""
   log_probs = tf.nn.log_softmax(logits)
@@ -182,7 +233,8 @@ def impala_clear_loss(target_logits,
     bootstrap_value: float32 `[B]`, the learner's V(x_T).
     behaviour_values: float32 `[T, B]`, V(x_t) as recorded when acting.
     rewards: float32 `[T, B]`, clipped rewards.
-    discounts: float32 `[T, B]`, per-step discounts (0 at episode ends).
+    discounts: float32 `[T, B]`, per-step discounts (0 at episode ends;
+      see `cut_at_truncations` for truncated ones).
     num_replay: python int in [0, B], number of leading replayed columns.
     baseline_cost: python float or scalar, weight of the baseline term.
     entropy_cost: python float or scalar, weight of the entropy term.

@@ -756,11 +756,17 @@ class PPGPolicy(policy_lib.Policy):
   def _evaluate_batch(self, batch: types.Unroll):
     """Old logits, values, advantages and targets of a `[T + 1, B]` batch.
 
+    Truncated steps (time limits, env crashes) are cut out: the targets of
+    the steps before them bootstrap from their value
+    (`losses.cut_at_truncations`), and they themselves are left out of the
+    returned rows, so they are in no minibatch, advantage normalisation,
+    value statistic or auxiliary phase.
+
     Returns:
-      dict of flat `[T * B, ...]` tensors: observation, action, old_logits,
-      advantages, targets (value targets in the networks' value space),
-      old_values (the value network's outputs, same space); and the mean
-      return and value in return units.
+      dict of flat `[N, ...]` tensors, N = T * B less the truncated steps:
+      observation, action, old_logits, advantages, targets (value targets
+      in the networks' value space), old_values (the value network's
+      outputs, same space); and the mean return and value in return units.
     """
     config = self.config
     env = batch.env_outputs
@@ -782,9 +788,12 @@ class PPGPolicy(policy_lib.Policy):
     rewards = losses.clip_rewards(
         tf.cast(env.reward[1:], tf.float32) * config.reward_scaling,
         config.reward_clipping)
+    truncated = tf.cast(env.truncated[1:], tf.bool)
     discounts = learner_lib.transition_discounts(
-        tf.cast(env.done[1:], tf.bool), tf.cast(env.truncated[1:], tf.bool),
-        config.discounting)
+        tf.cast(env.done[1:], tf.bool), truncated, config.discounting)
+    # No target crosses a truncation; the cut steps are left out below.
+    rewards, discounts = losses.cut_at_truncations(rewards, discounts,
+                                                   values[:-1], truncated)
     log_rhos = None
     if config.value_estimator == 'vtrace':
       behaviour_logits = {k: batch.agent_outputs.logits[k][1:]
@@ -794,7 +803,10 @@ class PPGPolicy(policy_lib.Policy):
     estimate = value_estimators.estimate(
         config.value_estimator, rewards, discounts, values[:-1], values[-1],
         lambda_=config.gae_lambda, log_rhos=log_rhos)
-    targets = estimate.returns
+    # Rows (flat `[T * B]`) that are learned from: all but truncated steps.
+    keep = tf.logical_not(_merge(truncated))
+    kept = lambda x: tf.boolean_mask(_merge(x), keep)
+    targets = kept(estimate.returns)
     if config.normalize_value:
       # A poisoned batch (skipped below) must not poison the statistics.
       def update():
@@ -804,15 +816,14 @@ class PPGPolicy(policy_lib.Policy):
       tf.cond(tf.reduce_all(tf.math.is_finite(targets)), update,
               lambda: tf.constant(False))
       targets = normalizer.normalize(targets)
-    first = lambda x: x[:-1]
     return {
-        'observation': tree.map_structure(lambda x: _merge(first(x)),
+        'observation': tree.map_structure(lambda x: kept(x[:-1]),
                                           observation),
-        'action': tree.map_structure(_merge, actions),
-        'old_logits': tree.map_structure(_merge, logits),
-        'advantages': _merge(estimate.advantages),
-        'targets': _merge(targets),
-        'old_values': _merge(raw_values[:-1]),
+        'action': tree.map_structure(kept, actions),
+        'old_logits': tree.map_structure(kept, logits),
+        'advantages': kept(estimate.advantages),
+        'targets': targets,
+        'old_values': kept(raw_values[:-1]),
     }, tf.reduce_mean(estimate.returns), tf.reduce_mean(values[:-1])
 
   def _policy_step(self, data):
@@ -988,7 +999,7 @@ class PPGPolicy(policy_lib.Policy):
         'num_gradient_steps': self._num_gradient_steps.numpy(),
         'num_skipped_steps': self._num_skipped_steps.numpy(),
     })
-    step = self._num_iterations
+    step = self._num_env_frames  # As every summary of a run.
     for name, value in metrics.items():
       if name != 'skipped':
         tf.summary.scalar(name, value, step=step)

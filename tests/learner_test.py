@@ -135,7 +135,9 @@ def test_loss_matches_independent_alignment():
   outputs, _ = agent.unroll(batch.agent_outputs.action, batch.env_outputs,
                             batch.agent_state)
   env = batch.env_outputs
+  assert env.truncated[1:].any()  # The cut at truncations is covered too.
   terminated = env.done[1:] & ~env.truncated[1:]
+  values = outputs.baseline[:-1].numpy()
   loss, extra = losses.impala_clear_loss(
       target_logits={'action': outputs.logits['action'][:-1]},
       behaviour_logits={'action': batch.agent_outputs.logits['action'][1:]},
@@ -143,8 +145,9 @@ def test_loss_matches_independent_alignment():
       values=outputs.baseline[:-1],
       bootstrap_value=outputs.baseline[-1],
       behaviour_values=batch.agent_outputs.baseline[1:],
-      rewards=env.reward[1:],
-      discounts=(0.9 * ~terminated).astype(np.float32),
+      rewards=np.where(env.truncated[1:], values, env.reward[1:]),
+      discounts=np.where(env.truncated[1:], 0.0,
+                         0.9 * ~terminated).astype(np.float32),
       num_replay=2, baseline_cost=0.5, entropy_cost=0.01,
       policy_cloning_cost=0.01, value_cloning_cost=0.005)
   np.testing.assert_allclose(metrics['loss/total'], loss, rtol=1e-5)
@@ -220,8 +223,12 @@ def test_critic_loss_fits_discounted_returns():
   outputs, _ = agent.unroll(batch.agent_outputs.action, batch.env_outputs,
                             batch.agent_state)
   env = batch.env_outputs
-  rewards = np.clip(env.reward[1:], -1, 1)
-  discounts = 0.95 * ~(env.done[1:] & ~env.truncated[1:])
+  values = outputs.baseline[:-1].numpy()
+  # A truncated step's return is its own value; the step before it
+  # bootstraps from that value.
+  rewards = np.where(env.truncated[1:], values, np.clip(env.reward[1:], -1, 1))
+  discounts = np.where(env.truncated[1:], 0.0,
+                       0.95 * ~(env.done[1:] & ~env.truncated[1:]))
   returns = np.zeros_like(rewards)
   acc = outputs.baseline[-1].numpy()
   for t in reversed(range(rewards.shape[0])):
@@ -336,7 +343,149 @@ def test_transition_discounts_keep_gamma_on_truncation():
       learner_lib.transition_discounts(done, truncated, 0.9), [[0., .9, .9]])
 
 
+def test_transition_discounts_per_frame_match_a_numpy_loop():
+  rng = np.random.RandomState(3)
+  done = rng.rand(7, 5) < 0.3
+  truncated = done & (rng.rand(7, 5) < 0.5)
+  frames = rng.randint(1, 9, size=(7, 5))
+  got = learner_lib.transition_discounts(done, truncated, 0.99, frames,
+                                         discounting_step_mul=4).numpy()
+  gamma_frame = 0.99 ** (1 / 4)
+  for t in range(7):
+    for b in range(5):
+      expected = 1.0
+      for _ in range(frames[t, b]):  # One discount per frame.
+        expected *= gamma_frame
+      if done[t, b] and not truncated[t, b]:
+        expected = 0.0
+      np.testing.assert_allclose(got[t, b], expected, rtol=1e-6)
+  # A step of the reference multiplier keeps the per-step discount.
+  np.testing.assert_allclose(learner_lib.transition_discounts(
+      done[:1] & False, truncated[:1], 0.99, np.full((1, 5), 4), 4),
+                             np.full((1, 5), 0.99), rtol=1e-6)
+
+
+def _prepared(learner, batch):
+  """The learner's aligned outputs, rewards and discounts, as numpy."""
+  aligned, rewards, discounts = learner._prepare(tree.map_structure(
+      tf.convert_to_tensor, batch))
+  return aligned, rewards.numpy(), discounts.numpy()
+
+
+def test_per_frame_discounts_follow_the_executed_multipliers():
+  """Under dynamic multipliers every column, replayed or fresh, discounts
+  a step by gamma ** ((m + 1) / reference), m the executed multiplier."""
+  agent, batch = agent_and_batch(dynamic_step_mul=True)
+  env = batch.env_outputs
+  env.done[:] = False
+  env.done[3, 1] = True  # A termination: discount 0 whatever m is.
+  env.truncated[:] = False
+  learner = make_learner(agent, fixed_step_mul=False, discount_per='frame',
+                         discounting=0.9, discounting_step_mul=2)
+  _, _, discounts = _prepared(learner, batch)
+  executed = batch.agent_outputs.action[types.STEP_MUL_KEY][1:] + 1
+  expected = 0.9 ** (executed / 2.0)
+  expected[2, 1] = 0.0
+  np.testing.assert_allclose(discounts, expected, rtol=1e-6)
+  per_step = make_learner(agent, fixed_step_mul=False, discounting=0.9)
+  _, _, discounts = _prepared(per_step, batch)
+  np.testing.assert_allclose(discounts[discounts > 0], 0.9)
+
+
+def _numpy_vtrace_targets(values, bootstrap, rewards, done, truncated, rhos,
+                          gamma):
+  """V-trace targets of one column, episode by episode, written from the
+  paper's sum: v_s = V_s + sum_t gamma^(t-s) (prod c) delta_t over the
+  steps t >= s of x_s's own episode. A termination ends the sum with a 0
+  bootstrap; a truncation ends it *before* the cut step, bootstrapping
+  from that step's own value (the cut step's target is its value)."""
+  steps = len(values)
+  targets = np.zeros(steps)
+  for s in range(steps):
+    if truncated[s]:
+      targets[s] = values[s]
+      continue
+    total, weight = values[s], 1.0
+    for t in range(s, steps):
+      if truncated[t]:
+        break  # delta_t is not computed: x_{t+1} is another episode's.
+      if done[t]:
+        next_value = 0.0
+      else:
+        next_value = values[t + 1] if t + 1 < steps else bootstrap
+      total += weight * min(1.0, rhos[t]) * (
+          rewards[t] + gamma * next_value - values[t])
+      if done[t]:
+        break
+      weight *= gamma * min(1.0, rhos[t])
+    targets[s] = total
+  return targets
+
+
+@pytest.mark.parametrize('column', [0, 1, 2, 3])
+def test_vtrace_targets_never_cross_a_truncation(column):
+  """Truncations in the middle and at the last step, in replayed (0, 1)
+  and fresh (2, 3) columns: the targets equal a per-episode numpy sum, and
+  the next episode's first observation never reaches the targets of the
+  episode that was cut."""
+  agent, batch = agent_and_batch()
+  env = batch.env_outputs
+  env.done[:] = False
+  env.truncated[:] = False
+  cut = {0: 3, 1: 6, 2: 2, 3: 6}  # env_outputs row holding the reset obs.
+  for b, row in cut.items():
+    env.done[row, b] = env.truncated[row, b] = True
+  env.done[5, 2] = True  # And a real termination after the cut in column 2.
+  learner = make_learner(agent, num_replay=2, discounting=0.9,
+                         reward_clipping='none')
+  aligned, rewards, discounts = _prepared(learner, batch)
+  _, extra = losses.impala_clear_loss(
+      *learner_lib._discrete_heads(aligned), values=aligned.target.baseline,
+      bootstrap_value=aligned.bootstrap_value,
+      behaviour_values=aligned.behaviour.baseline, rewards=rewards,
+      discounts=discounts, num_replay=2, baseline_cost=0.5,
+      entropy_cost=0.01, policy_cloning_cost=0.01, value_cloning_cost=0.005)
+  values = aligned.target.baseline.numpy()[:, column]
+  expected = _numpy_vtrace_targets(
+      values, aligned.bootstrap_value.numpy()[column],
+      env.reward[1:, column], env.done[1:, column], env.truncated[1:, column],
+      np.exp(extra.log_rhos.numpy()[:, column]), 0.9)
+  np.testing.assert_allclose(extra.vs.numpy()[:, column], expected,
+                             rtol=1e-5, atol=1e-6)
+  last_row_of_episode = cut[column] - 1
+  # The cut step learns nothing: its target is its value, its advantage 0.
+  np.testing.assert_allclose(extra.vs.numpy()[last_row_of_episode, column],
+                             values[last_row_of_episode], rtol=1e-6)
+  assert extra.pg_advantages.numpy()[last_row_of_episode, column] == 0.0
+
+  # Changing the next episode's first observation (and so its value)
+  # leaves every target of the cut episode as it was.
+  changed = tree.map_structure(np.copy, batch)
+  changed.env_outputs.observation['vector'][cut[column], column] += 5.0
+  aligned2, rewards2, discounts2 = _prepared(learner, changed)
+  _, extra2 = losses.impala_clear_loss(
+      *learner_lib._discrete_heads(aligned2), values=aligned2.target.baseline,
+      bootstrap_value=aligned2.bootstrap_value,
+      behaviour_values=aligned2.behaviour.baseline, rewards=rewards2,
+      discounts=discounts2, num_replay=2, baseline_cost=0.5,
+      entropy_cost=0.01, policy_cloning_cost=0.01, value_cloning_cost=0.005)
+  before = slice(0, cut[column])
+  np.testing.assert_array_equal(extra2.vs.numpy()[before, column],
+                                extra.vs.numpy()[before, column])
+  np.testing.assert_array_equal(extra2.pg_advantages.numpy()[before, column],
+                                extra.pg_advantages.numpy()[before, column])
+  # ...whereas the new observation's value did change: it had a way in.
+  if cut[column] < 6:
+    assert aligned2.target.baseline.numpy()[cut[column], column] != values[
+        cut[column]]
+  else:
+    assert aligned2.bootstrap_value.numpy()[column] != (
+        aligned.bootstrap_value.numpy()[column])
+
+
 @pytest.mark.parametrize('overrides,match', [
+    ({'discount_per': 'episode'}, 'discount_per'),
+    ({'discounting_step_mul': 0}, 'discounting_step_mul'),
     ({'num_replay': 4}, 'num_replay'),
     ({'num_replay': -1}, 'num_replay'),
     ({'unroll_length': 0}, 'unroll_length'),

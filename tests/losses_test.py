@@ -313,3 +313,30 @@ def test_discounted_returns():
   assert all(_is_dead(g) for g in tape.gradient(returns, tensors))
   with pytest.raises(ValueError, match='discounted_returns: bootstrap_value'):
     losses.discounted_returns(args[0], args[1], args[0])
+
+
+def test_cut_at_truncations_by_hand():
+  rewards = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], np.float32)
+  discounts = np.full((3, 2), 0.9, np.float32)
+  values = np.array([[10.0, 20.0], [30.0, 40.0], [50.0, 60.0]], np.float32)
+  truncated = np.array([[False, False], [True, False], [False, True]])
+  values_t = tf.constant(values)
+  with tf.GradientTape() as tape:
+    tape.watch(values_t)
+    cut_rewards, cut_discounts = losses.cut_at_truncations(
+        rewards, discounts, values_t, truncated)
+  np.testing.assert_array_equal(cut_rewards,
+                                [[1.0, 2.0], [30.0, 4.0], [5.0, 60.0]])
+  np.testing.assert_allclose(cut_discounts,
+                             [[0.9, 0.9], [0.0, 0.9], [0.9, 0.0]], rtol=1e-7)
+  assert _is_dead(tape.gradient(cut_rewards, values_t))
+  # Returns then stop at the cut: row 0 of column 0 bootstraps from V(x_1).
+  returns = losses.discounted_returns(cut_rewards, cut_discounts,
+                                      tf.constant([100.0, 100.0]))
+  np.testing.assert_allclose(returns[:, 0], [1.0 + 0.9 * 30.0, 30.0,
+                                             5.0 + 0.9 * 100.0], rtol=1e-6)
+  np.testing.assert_allclose(returns[:, 1], [2.0 + 0.9 * (4.0 + 0.9 * 60.0),
+                                             4.0 + 0.9 * 60.0, 60.0],
+                             rtol=1e-6)
+  with pytest.raises(ValueError, match='cut_at_truncations: truncated'):
+    losses.cut_at_truncations(rewards, discounts, values, truncated[0])

@@ -472,6 +472,51 @@ def test_non_finite_batch_is_skipped(eager):
   assert policy.agent.normalizer.count.numpy() == 24
 
 
+def test_truncated_steps_are_cut_out_of_the_targets_and_the_data(eager):
+  """A truncation in the middle of column 1 and at the last step of column
+  2: those steps are in no minibatch, and the GAE targets of the steps
+  before them bootstrap from their own value, never from the next
+  episode's first observation (numpy loop over each episode)."""
+  spec = testing.control_spec()
+  policy = ppg.PPGPolicy(spec, _AGENT, _config(), seed=0)
+  batch = _batch(spec, 6, 4, np.random.default_rng(4))
+  env = batch.env_outputs
+  env.done[:] = False
+  env.truncated[:] = False
+  cuts = {1: 3, 2: 6}  # Column: env_outputs row holding the reset obs.
+  for b, row in cuts.items():
+    env.done[row, b] = env.truncated[row, b] = True
+  data, _, _ = policy._evaluate_batch(batch)  # pylint: disable=protected-access
+
+  flat = {k: v.reshape((28,) + v.shape[2:])
+          for k, v in env.observation.items()}
+  values = policy.agent.normalizer.denormalize(
+      policy.agent.value_network(flat)).numpy().reshape(7, 4)
+  gamma, lambda_ = 0.99, 0.95
+  expected = {}
+  for b in range(4):
+    is_cut = lambda t, b=b: b in cuts and t == cuts[b] - 1  # Aligned rows.
+    advantage = 0.0
+    for t in reversed(range(6)):
+      if is_cut(t):
+        continue  # Not learned from, and no trace runs through it.
+      # Before a cut, the value of the cut (real) state is the bootstrap.
+      delta = env.reward[t + 1, b] + gamma * values[t + 1, b] - values[t, b]
+      goes_on = t + 1 < 6 and not is_cut(t + 1)
+      advantage = delta + (gamma * lambda_ * advantage if goes_on else 0.0)
+      expected[t * 4 + b] = advantage + values[t, b]
+  kept_rows = [t * 4 + b for t in range(6) for b in range(4)
+               if not (b in cuts and t == cuts[b] - 1)]
+  assert sorted(expected) == kept_rows
+  np.testing.assert_allclose(data['targets'].numpy(),
+                             [expected[i] for i in kept_rows], rtol=1e-5,
+                             atol=1e-5)
+  np.testing.assert_allclose(
+      data['observation']['vector'].numpy(),
+      env.observation['vector'][:-1].reshape(24, -1)[kept_rows])
+  assert data['advantages'].shape[0] == 22
+
+
 @pytest.mark.parametrize('estimator', value_estimators.ESTIMATORS)
 def test_every_value_estimator_learns(estimator, eager):
   spec = testing.control_spec()
