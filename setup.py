@@ -19,11 +19,22 @@ INSTALL_REQUIRES = [
     'psutil>=5.9,<8',
 ]
 
+# MinAtar's games need only numpy, but the package declares matplotlib,
+# seaborn, pandas and scipy (for drawing boards), so it stays an extra,
+# imported only by processes that build a MinAtar env.
+MINATAR_REQUIRES = ['minatar>=1.0.15,<1.1']
+
+PLOT_REQUIRES = ['matplotlib>=3.8,<4', 'pillow>=10,<14']
+
 EXTRAS_REQUIRE = {
     'ray': ['ray>=2.60,<2.61'],
-    # The tests render figures too, so they need the plot extra's package.
-    'test': ['pytest>=8,<10', 'pytest-xdist>=3.5,<4', 'matplotlib>=3.8,<4'],
-    'plot': ['matplotlib>=3.8,<4'],
+    # The tests render figures, record GIFs and play MinAtar too, so they
+    # need the plot and minatar extras' packages.
+    'test': ['pytest>=8,<10', 'pytest-xdist>=3.5,<4', *PLOT_REQUIRES,
+             *MINATAR_REQUIRES],
+    # Figures (clear.plot) and GIFs of episodes (--record).
+    'plot': PLOT_REQUIRES,
+    'minatar': MINATAR_REQUIRES,
 }
 
 setuptools.setup(

@@ -24,7 +24,7 @@ memory, enough where frames are stacked): the heads read the core input
 itself, and the state is the empty dict.
 """
 
-from typing import Callable, Dict, Mapping, Tuple
+from typing import Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 import sonnet as snt
@@ -36,7 +36,12 @@ from agents import initializers
 from agents import torsos
 from clear import types
 
-NETWORKS = ('auto', 'impala_shallow', 'impala_deep', 'mlp', 'fullyconv')
+NETWORKS = ('auto', 'impala_shallow', 'impala_deep', 'mlp', 'fullyconv',
+            'minatar')
+
+# 'auto' gives a single image no larger than this on both sides (MinAtar's
+# 10x10 boards) the small MinAtar torso instead of IMPALA's 84x84 one.
+SMALL_IMAGE_SIZE = 16
 
 TorsoFactory = Callable[[str, snt.initializers.Initializer], snt.Module]
 
@@ -317,6 +322,9 @@ def resolve_network(env_spec: types.EnvSpec, network: str = 'auto') -> str:
   if network == 'auto':
     if 'screen' in obs_spec and 'minimap' in obs_spec:
       network = 'fullyconv'
+    elif len(images) == 1 and max(
+        obs_spec[images[0]].shape[:2]) <= SMALL_IMAGE_SIZE:
+      network = 'minatar'
     elif len(images) == 1:
       network = 'impala_shallow'
     elif not images and all(len(s.shape) <= 1 for s in obs_spec.values()):
@@ -325,10 +333,15 @@ def resolve_network(env_spec: types.EnvSpec, network: str = 'auto') -> str:
       raise ValueError(
           "network='auto' cannot pick a network for observation_spec "
           f'{dict(obs_spec)}; pass network explicitly')
-  if network in ('impala_shallow', 'impala_deep'):
+  if network in ('impala_shallow', 'impala_deep', 'minatar'):
     error = _image_network_error(network, obs_spec)
     if error:
       raise ValueError(error)
+    if network == 'minatar' and min(obs_spec[images[0]].shape[:2]) < 3:
+      raise ValueError(
+          f"network='minatar' needs an image of at least 3x3 (its 3x3 "
+          f'convolution is unpadded), got {images[0]!r} of shape '
+          f'{tuple(obs_spec[images[0]].shape)}')
   elif network == 'mlp':
     bad = [k for k, s in obs_spec.items() if len(s.shape) > 1]
     if bad:
@@ -355,22 +368,25 @@ def make_agent(env_spec: types.EnvSpec,
                core_size: int = 256,
                separate_critic: bool = False,
                seed: int = 0,
-               torso_size: int = 256,
+               torso_size: Optional[int] = None,
                mlp_sizes=(256, 256),
                spatial_hidden_channels: int = 16) -> Agent:
   """Builds an IMPALA agent for `env_spec`.
 
   Args:
     env_spec: `clear.types.EnvSpec`; every action head must be DiscreteSpec.
-    network: 'auto', 'impala_shallow', 'impala_deep', 'mlp' or 'fullyconv'.
-      'auto' picks fullyconv for 'screen' + 'minimap' observations,
-      impala_shallow for a single image observation, mlp for vectors.
+    network: 'auto', 'impala_shallow', 'impala_deep', 'mlp', 'fullyconv'
+      or 'minatar'. 'auto' picks fullyconv for 'screen' + 'minimap'
+      observations, minatar for a single image of at most
+      `SMALL_IMAGE_SIZE` on both sides (MinAtar's 10x10 boards),
+      impala_shallow for any other single image, mlp for vectors.
     core_size: LSTM size; 0 for a feed-forward agent (no LSTM).
     separate_critic: whether the baseline comes from a separate network
       (own torso and LSTM, state under `'critic'`), so that pretraining the
       critic cannot change the policy.
     seed: seeds the weights and the sampling generator `agent.rng`.
-    torso_size: output size of the linear layer of image torsos.
+    torso_size: output size of the linear layer of image torsos; None for
+      each torso's own (256; 128 for minatar, as MinAtar's network).
     mlp_sizes: hidden sizes of the MLP torso.
     spatial_hidden_channels: hidden channels of FullyConv spatial heads.
 
@@ -393,15 +409,19 @@ def make_agent(env_spec: types.EnvSpec,
   mask_keys = {s.mask_key for s in env_spec.action_spec.values()
                if s.mask_key is not None}
 
+  size = {} if torso_size is None else {'output_size': int(torso_size)}
+
   def make_torso(name, w_init):
     if network == 'impala_shallow':
-      return torsos.ImpalaShallowTorso(obs_spec, w_init, torso_size, name=name)
+      return torsos.ImpalaShallowTorso(obs_spec, w_init, name=name, **size)
     if network == 'impala_deep':
-      return torsos.ImpalaDeepTorso(obs_spec, w_init, torso_size, name=name)
+      return torsos.ImpalaDeepTorso(obs_spec, w_init, name=name, **size)
+    if network == 'minatar':
+      return torsos.MinAtarTorso(obs_spec, w_init, name=name, **size)
     if network == 'mlp':
       return torsos.MLPTorso(obs_spec, w_init, mlp_sizes, name=name)
-    return torsos.FullyConvTorso(obs_spec, w_init, mask_keys, torso_size,
-                                 name=name)
+    return torsos.FullyConvTorso(obs_spec, w_init, mask_keys, name=name,
+                                 **size)
 
   return Agent(env_spec, make_torso, core_size=int(core_size),
                separate_critic=bool(separate_critic), seed=seed,

@@ -7,7 +7,7 @@ FullyConv torso only, the fused spatial feature maps that its spatial
 action heads read, keyed by `(height, width)`.
 
 Preprocessing (`to_float`): uint8 arrays are divided by 255, everything else
-is cast to float32.
+(bool boards, float vectors) is cast to float32.
 """
 
 from typing import Dict, NamedTuple, Optional, Sequence, Tuple
@@ -108,6 +108,27 @@ class ImpalaShallowTorso(_ImageTorso):
   def _encode(self, image):
     x = tf.nn.relu(self._conv1(image))
     x = tf.nn.relu(self._conv2(x))
+    return tf.nn.relu(self._linear(snt.flatten(x)))
+
+
+class MinAtarTorso(_ImageTorso):
+  """The torso of MinAtar's reference networks for 10x10 boards (Young and
+  Tian, 2019): conv 16 3x3 stride 1 'VALID' (10x10 -> 8x8), linear 128,
+  each followed by a ReLU (as in its DQN; its actor-critic used SiLU).
+
+  IMPALA's torsos are built for 84x84 frames: the shallow one's first
+  stride-4 layer leaves 3x3 of a 10x10 board, so small boards get this one.
+  """
+
+  def __init__(self, observation_spec, w_init, output_size: int = 128,
+               channels: int = 16, name: str = 'minatar_torso'):
+    super().__init__(observation_spec, name=name)
+    self._conv = snt.Conv2D(channels, 3, padding='VALID', w_init=w_init,
+                            name='conv')
+    self._linear = snt.Linear(output_size, w_init=w_init, name='linear')
+
+  def _encode(self, image):
+    x = tf.nn.relu(self._conv(image))
     return tf.nn.relu(self._linear(snt.flatten(x)))
 
 

@@ -1,4 +1,5 @@
-r"""Environment benchmark: Atari preprocessing cost and actor inference latency.
+r"""Environment benchmark: Atari preprocessing cost, MinAtar frames per second
+and actor inference latency.
 
 Prints one JSON object:
   * atari: raw emulator frames per second on Pong, with this project's
@@ -8,12 +9,20 @@ Prints one JSON object:
     and 2 processes each stepping its own env with random actions (best of
     a few interleaved rounds); `ratio` is preprocessed / plain (target
     >= 0.8).
+  * minatar: frames per second (one process, random actions) of each
+    MinAtar game through `envs.make('minatar:<Game>', num_envs=32)`
+    (sticky actions, batching, auto-reset: what an actor steps) and of the
+    bare game (`act` and `state` only: the limit); `ratio` is the first
+    over the second. CPU time rather than wall time, so a loaded host
+    skews it less; or the reason it was skipped without `minatar`.
   * agent: `agents.make_agent(spec).step` under `tf.function`, milliseconds
-    per call at batch 1, 8 and 32 (median), for the Pong spec; or the
-    reason it was skipped when `agents` is not importable.
+    per call at batch 1, 8 and 32 (median), for the Pong spec and for
+    MinAtar's Breakout (`minatar_agent`, the MinAtar torso and LSTM 128);
+    or the reason it was skipped when `agents` is not importable.
 
-  python -m benchmarks.envs            # full run
-  python -m benchmarks.envs --quick    # a short smoke run
+  python -m benchmarks.envs                       # full run
+  python -m benchmarks.envs --quick               # a short smoke run
+  python -m benchmarks.envs --families=minatar    # MinAtar only
 """
 
 import json
@@ -42,6 +51,11 @@ flags.DEFINE_bool('quick', False, 'Short run (smoke test).')
 flags.DEFINE_string('game', 'Pong', 'Atari game.')
 flags.DEFINE_list('processes', ['1', '2'], 'Process counts to measure.')
 flags.DEFINE_list('batch_sizes', ['1', '8', '32'], 'Agent batch sizes.')
+flags.DEFINE_list('families', ['atari', 'minatar'],
+                  'Env families to measure: atari, minatar.')
+flags.DEFINE_list('minatar_games', ['Asterix', 'Breakout', 'Freeway',
+                                    'Seaquest', 'SpaceInvaders'],
+                  'MinAtar games to measure.')
 
 _STEP_MUL = 4
 _FRAME_STACK = 4
@@ -123,7 +137,42 @@ def atari_throughput(game, process_counts, num_steps, rounds):
   return figures
 
 
-def agent_latency(game, batch_sizes, repeats):
+def minatar_throughput(games, num_steps, num_envs=32):
+  """Frames per CPU second of MinAtar games: batched envs and bare games."""
+  import envs  # pylint: disable=g-import-not-at-top
+  from envs import minatar  # pylint: disable=g-import-not-at-top
+  figures = {'num_envs': num_envs}
+  for game in games:
+    try:
+      env = envs.make(f'minatar:{game}', num_envs=num_envs, seed=0)
+    except minatar.MinAtarNotInstalledError as e:
+      return {'skipped': str(e)}
+    actions = np.random.default_rng(0).integers(
+        env.spec.action_spec['action'].num_values,
+        size=(num_steps, num_envs))
+    env.reset()
+    start = time.process_time()
+    for action in actions:
+      env.step({'action': action})
+    batched = num_steps * num_envs / (time.process_time() - start)
+    bare = minatar.game_module(minatar.game_id(game)).Env(ramping=True)
+    bare.random = np.random.RandomState(0)
+    bare.reset()
+    flat = actions.reshape(-1).tolist()
+    start = time.process_time()
+    for action in flat:
+      _, terminal = bare.act(action)
+      bare.state()
+      if terminal:
+        bare.reset()
+    plain = len(flat) / (time.process_time() - start)
+    figures[game] = {'frames_per_s': round(batched),
+                     'bare_game_frames_per_s': round(plain),
+                     'ratio': round(batched / plain, 3)}
+  return figures
+
+
+def agent_latency(env_name, batch_sizes, repeats, core_size=256):
   """Median ms per `tf.function(agent.step)` call, per batch size."""
   try:
     import agents  # pylint: disable=g-import-not-at-top
@@ -133,13 +182,16 @@ def agent_latency(game, batch_sizes, repeats):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import envs  # pylint: disable=g-import-not-at-top
 
-  env = envs.make(f'atari:{game}')
+  try:
+    env = envs.make(env_name)
+  except RuntimeError as e:  # A missing optional package (minatar).
+    return {'skipped': str(e)}
   spec = env.spec
-  agent = make_agent(spec, network='auto', core_size=256, seed=0)
+  agent = make_agent(spec, network='auto', core_size=core_size, seed=0)
   step = tf.function(agent.step)
   figures = {}
   for b in batch_sizes:
-    env = envs.make(f'atari:{game}', num_envs=b)
+    env = envs.make(env_name, num_envs=b)
     env_output = tf.nest.map_structure(tf.convert_to_tensor, env.reset())
     prev_action = {k: tf.zeros([b], tf.int32) for k in spec.action_spec}
     state = agent.initial_state(b)
@@ -153,32 +205,46 @@ def agent_latency(game, batch_sizes, repeats):
       times.append(time.perf_counter() - start)
     figures[f'batch_{b}_ms'] = round(1000 * float(np.median(times)), 3)
   figures['network'] = agents.resolve_network(spec, 'auto')
+  figures['core_size'] = core_size
   figures['tf_devices'] = [d.name for d in tf.config.list_logical_devices()]
   return figures
 
 
 def main(argv):
   del argv
+  unknown = sorted(set(FLAGS.families) - {'atari', 'minatar'})
+  if unknown:
+    raise app.UsageError(f'--families: unknown {unknown}; use atari, '
+                         'minatar.')
   num_steps = 500 if FLAGS.quick else 5000
   rounds = 1 if FLAGS.quick else 3
   repeats = 10 if FLAGS.quick else 100
+  batch_sizes = [int(b) for b in FLAGS.batch_sizes]
   result = {
       'benchmark': 'envs',
       'quick': FLAGS.quick,
       'host': {'cpu_count': os.cpu_count(), 'machine': platform.machine(),
                'python': platform.python_version()},
-      'atari': {
-          'game': FLAGS.game,
-          'step_mul': _STEP_MUL,
-          'frame_stack': _FRAME_STACK,
-          'agent_steps_per_process': num_steps,
-          'rounds': rounds,
-          **atari_throughput(FLAGS.game, [int(n) for n in FLAGS.processes],
-                             num_steps, rounds),
-      },
-      'agent': agent_latency(FLAGS.game, [int(b) for b in FLAGS.batch_sizes],
-                             repeats),
   }
+  if 'atari' in FLAGS.families:
+    result['atari'] = {
+        'game': FLAGS.game,
+        'step_mul': _STEP_MUL,
+        'frame_stack': _FRAME_STACK,
+        'agent_steps_per_process': num_steps,
+        'rounds': rounds,
+        **atari_throughput(FLAGS.game, [int(n) for n in FLAGS.processes],
+                           num_steps, rounds),
+    }
+    result['agent'] = agent_latency(f'atari:{FLAGS.game}', batch_sizes,
+                                    repeats)
+  if 'minatar' in FLAGS.families:
+    result['minatar'] = {
+        'agent_steps': num_steps,
+        **minatar_throughput(FLAGS.minatar_games, num_steps),
+    }
+    result['minatar_agent'] = agent_latency('minatar:Breakout', batch_sizes,
+                                            repeats, core_size=128)
   print(json.dumps(result, indent=2))
 
 

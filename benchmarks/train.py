@@ -11,6 +11,12 @@ process tree, CPU time of the run, mean policy lag and the replay share.
   python -m benchmarks.train                  # CartPole and Pong, replay 0/50%
   python -m benchmarks.train --cases=cartpole_clear --quick
   python -m benchmarks.train --cases=ppg_cartpole,sac_pendulum,ddpg_pendulum
+  python -m benchmarks.train --cases=minatar_breakout_clear,minatar_space_invaders_clear
+
+The MinAtar cases run the family's defaults (64 envs on one actor process,
+LSTM 128; the target is at least 10,000 env frames per second on the
+2-core machine); Breakout is the cheapest game to step and SpaceInvaders
+the dearest (`python -m benchmarks.envs --families=minatar`).
 """
 
 import json
@@ -59,6 +65,17 @@ CASES = {
                        '--backend=inline'], 32_000, 4_000, -300.0),
     'sac_discrete_cartpole': (['--algorithm=sac', '--env=gym:CartPole-v1',
                                '--backend=inline'], 100_000, 4_000, 475.0),
+    # MinAtar with the family's defaults; thresholds are about 4x what a
+    # random policy scores (Breakout ~0.5, SpaceInvaders ~3).
+    'minatar_breakout_clear': (['--env=minatar:Breakout',
+                                '--replay_proportion=0.5'],
+                               1_000_000, 30_000, 2.0),
+    'minatar_breakout_impala': (['--env=minatar:Breakout',
+                                 '--replay_proportion=0'],
+                                1_000_000, 30_000, 2.0),
+    'minatar_space_invaders_clear': (['--env=minatar:SpaceInvaders',
+                                      '--replay_proportion=0.5'],
+                                     1_000_000, 30_000, 12.0),
 }
 
 

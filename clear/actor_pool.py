@@ -19,10 +19,12 @@ version)` after each update, `get(timeout)` for the next `Trajectories`, and
   `address` at a cluster), the learner stays in the driver.
 """
 
+import contextlib
 import logging
 import multiprocessing as mp
 import multiprocessing.connection  # pylint: disable=unused-import
 import os
+import signal
 import time
 from typing import NamedTuple, Optional
 
@@ -163,8 +165,43 @@ class _StopFlag:
     return bool(self._value.value)
 
 
-def _actor_process(config, actor_id, generation, shared, connection, stop):
-  """Body of an actor process: collect unrolls until told to stop."""
+@contextlib.contextmanager
+def _children_ignore_sigint():
+  """Ignores SIGINT while actor processes are started, so they start with
+  it ignored.
+
+  A terminal sends Ctrl-C to the whole process group. An actor still
+  starting up (its interpreter importing TensorFlow, seconds) would die of
+  it with a KeyboardInterrupt traceback; started with SIGINT ignored (which
+  exec keeps, and Python then leaves alone), it is stopped by the learner
+  instead. The learner itself ignores a Ctrl-C only during the few
+  milliseconds a start takes. Outside the main thread, where signal
+  handlers cannot be set, this does nothing.
+  """
+  try:
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+  except ValueError:  # Not the main thread.
+    yield
+    return
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGINT, previous)
+
+
+def _actor_process(config, actor_id, generation, shared, connection, stop,
+                   entered):
+  """Body of an actor process: collect unrolls until told to stop.
+
+  SIGINT is ignored (see `_children_ignore_sigint`): the learner decides
+  when the actors stop. `entered` (a shared byte) is set first thing, so
+  the learner knows whether the process is still starting up. An actor
+  told to stop before it has started exits quietly.
+  """
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  entered.value = 1
+  if stop.is_set():
+    return
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -210,6 +247,7 @@ class LocalActorPool:
     self._generations = [0] * config.num_actors
     self.num_restarts = 0
     self._processes = [None] * config.num_actors
+    self._entered = [None] * config.num_actors  # See `_actor_process`.
     self._connections = [None] * config.num_actors
     self._next = 0
     for actor_id in range(config.num_actors):
@@ -217,11 +255,13 @@ class LocalActorPool:
 
   def _start(self, actor_id):
     reader, writer = self._ctx.Pipe(duplex=False)
+    self._entered[actor_id] = self._ctx.RawValue('b', 0)
     process = self._ctx.Process(
         target=_actor_process, name=f'clear-actor-{actor_id}', daemon=True,
         args=(self.config, actor_id, self._generations[actor_id],
-              self._shared, writer, self._stop))
-    process.start()
+              self._shared, writer, self._stop, self._entered[actor_id]))
+    with _children_ignore_sigint():
+      process.start()
     writer.close()  # The child holds its own copy.
     self._processes[actor_id] = process
     self._connections[actor_id] = reader
@@ -280,10 +320,19 @@ class LocalActorPool:
     return [p.pid for p in self._processes]
 
   def close(self, timeout: float = 10.0):
-    """Stops every actor process; none is left behind."""
+    """Stops every actor process; none is left behind.
+
+    Actors still starting up (loading their modules, nothing built yet) are
+    terminated at once; any that gets past its start from now on sees the
+    stop flag and returns. The others get `timeout` seconds to close their
+    envs.
+    """
     self._stop.set()
     for connection in self._connections:
       connection.close()  # Unblocks actors waiting in send.
+    for process, entered in zip(self._processes, self._entered):
+      if not entered.value:
+        process.terminate()
     deadline = time.time() + timeout
     for process in self._processes:
       process.join(max(0.0, deadline - time.time()))

@@ -6,24 +6,71 @@ run phase. `tf.train.CheckpointManager` writes the data files first and then
 replaces the small `checkpoint` index file, so a kill during a write leaves
 the previous checkpoint as the latest readable one.
 
+A checkpoint that cannot be read (a truncated or damaged data file, a
+missing index) is skipped with a warning that names it, and the newest
+readable one is restored instead, together with its companion folder
+`state-N` (where the run loop keeps the replay and run state of checkpoint
+N); the saves that follow take the numbers after it and so write over the
+bad files. Only when no checkpoint can be read does restoring fail, with
+one message saying what to do.
+
 Next to the checkpoints, `run.json` records what the checkpoint was made
 for (env, algorithm, network); resuming into something else fails with one
-clear message instead of a shape error deep in TensorFlow. Nothing in a
-logdir is ever unpickled: checkpoints are TF's own format and the rest JSON.
+clear message instead of a shape error deep in TensorFlow. Test mode and
+`--init_from` read it to rebuild the same network. Nothing in a logdir is
+ever unpickled: checkpoints are TF's own format and the rest JSON.
 """
 
+import glob
 import json
 import logging
 import os
-from typing import Dict, Optional
+import re
+from typing import Dict, List, Optional
 
 import tensorflow as tf
 
 RUN_FILE = 'run.json'
+CHECKPOINT_NAME = 'ckpt'  # tf.train.CheckpointManager's file prefix.
+# Errors that reading a damaged checkpoint raises: TF's own, and IndexError
+# ("Read less bytes than requested") for a truncated data file.
+_READ_ERRORS = (tf.errors.OpError, IndexError, ValueError, OSError)
 
 
 class CheckpointError(ValueError):
   """A checkpoint cannot be restored into this run."""
+
+
+def run_directory(location: str) -> str:
+  """The logdir of a checkpoint location: a run's logdir, its
+  `checkpoints/` folder or a `.../checkpoints/ckpt-N` prefix."""
+  location = os.path.normpath(location)
+  folder = location if os.path.isdir(location) else os.path.dirname(location)
+  if os.path.basename(folder) == 'checkpoints':
+    return os.path.dirname(folder)
+  return folder
+
+
+def read_run_identity(location: str) -> Optional[Dict[str, object]]:
+  """The `run.json` of the run at `location` (see `run_directory`), or
+  None when there is none.
+
+  Raises:
+    CheckpointError: the file is there but cannot be read.
+  """
+  path = os.path.join(run_directory(location), RUN_FILE)
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path) as f:
+      saved = json.load(f)
+  except (OSError, ValueError) as e:
+    raise CheckpointError(f'{path} is unreadable ({e}); move it away or '
+                          'use a new --logdir.') from e
+  if not isinstance(saved, dict):
+    raise CheckpointError(f'{path} does not hold a JSON object; move it '
+                          'away or use a new --logdir.')
+  return saved
 
 
 def check_run_identity(directory: str, identity: Dict[str, object]):
@@ -35,14 +82,8 @@ def check_run_identity(directory: str, identity: Dict[str, object]):
   os.makedirs(directory, exist_ok=True)
   # Values JSON cannot hold (e.g. an injected env factory) compare by repr.
   identity = json.loads(json.dumps(identity, default=repr, sort_keys=True))
-  path = os.path.join(directory, RUN_FILE)
-  if os.path.exists(path):
-    try:
-      with open(path) as f:
-        saved = json.load(f)
-    except (OSError, ValueError) as e:
-      raise CheckpointError(f'{path} is unreadable ({e}); move it away or '
-                            'use a new --logdir.') from e
+  saved = read_run_identity(directory)
+  if saved is not None:
     diffs = {k: (saved.get(k), v) for k, v in identity.items()
              if saved.get(k) != v}
     if diffs:
@@ -52,10 +93,136 @@ def check_run_identity(directory: str, identity: Dict[str, object]):
           f'The logdir {directory} holds a run made with other settings '
           f'({described}). Use a new --logdir or the original flags.')
     return
+  path = os.path.join(directory, RUN_FILE)
   tmp = path + '.tmp'
   with open(tmp, 'w') as f:
     json.dump(identity, f, indent=2, sort_keys=True)
   os.replace(tmp, path)
+
+
+def checkpoint_number(path: str) -> int:
+  """'.../ckpt-12' -> 12."""
+  return int(path.rsplit('-', 1)[1])
+
+
+def state_dir(directory: str, number: int) -> str:
+  """The folder the run loop writes beside checkpoint `number` (replay,
+  unrolls not yet learned from, run and actor state)."""
+  return os.path.join(directory, f'state-{number}')
+
+
+def checkpoint_candidates(directory: str) -> List[str]:
+  """The checkpoints in `directory`, newest first.
+
+  The one the `checkpoint` index file names as the latest comes first, then
+  every other one it lists or that has files on disk (`ckpt-N.index` or
+  `ckpt-N.data-*`), highest number first: a damaged or lost index file
+  hides none of them.
+  """
+  pattern = re.compile(rf'^{CHECKPOINT_NAME}-(\d+)'
+                       r'(?:\.index|\.data-\d+-of-\d+)?$')
+  numbers, latest = set(), None
+  state = tf.train.get_checkpoint_state(directory)  # None if unreadable.
+  if state is not None:
+    for path in [state.model_checkpoint_path,
+                 *state.all_model_checkpoint_paths]:
+      match = pattern.match(os.path.basename(path))
+      if match:
+        numbers.add(int(match.group(1)))
+        if latest is None:
+          latest = int(match.group(1))
+  for path in glob.glob(os.path.join(glob.escape(directory),
+                                     f'{CHECKPOINT_NAME}-*')):
+    match = pattern.match(os.path.basename(path))
+    if match:
+      numbers.add(int(match.group(1)))
+  order = sorted(numbers, key=lambda n: (n != latest, -n))
+  return [os.path.join(directory, f'{CHECKPOINT_NAME}-{n}') for n in order]
+
+
+def _first_line(error: BaseException) -> str:
+  text = str(error).strip().splitlines()
+  return f'{type(error).__name__}: {text[0][:300] if text else ""}'.rstrip(
+      ': ')
+
+
+def unreadable_reason(path: str) -> Optional[str]:
+  """Why the checkpoint `path` (a `ckpt-N` prefix) cannot be read, or None.
+
+  Every value in it is read back, which makes TF check each against its
+  checksum: a truncated or damaged file is found here, before anything is
+  restored from it.
+  """
+  name = os.path.basename(path)
+  if not tf.io.gfile.exists(path + '.index'):
+    return f'{name}.index is missing'
+  try:
+    reader = tf.train.load_checkpoint(path)
+    for key in reader.get_variable_to_dtype_map():
+      reader.get_tensor(key)
+  except _READ_ERRORS as e:
+    return _first_line(e)
+  return None
+
+
+def _described(path: str) -> str:
+  """'ckpt-3', or 'ckpt-3 (with state-3)' where that folder exists."""
+  name = os.path.basename(path)
+  try:
+    state = state_dir(os.path.dirname(path), checkpoint_number(path))
+  except ValueError:
+    return name
+  if os.path.isdir(state):
+    return f'{name} (with {os.path.basename(state)})'
+  return name
+
+
+def newest_readable(paths: List[str], where: str) -> Optional[str]:
+  """The first of `paths` (newest first) that reads back; a warning names
+  each checkpoint skipped on the way.
+
+  Returns:
+    The checkpoint, or None when `paths` is empty.
+
+  Raises:
+    CheckpointError: there are checkpoints, but none can be read.
+  """
+  skipped = []
+  for path in paths:
+    reason = unreadable_reason(path)
+    if reason is None:
+      if skipped:
+        logging.warning(
+            'Skipping unreadable checkpoint%s in %s: %s. Restoring %s '
+            'instead.', 's' if len(skipped) > 1 else '', where,
+            '; '.join(skipped), _described(path))
+      return path
+    skipped.append(f'{_described(path)}: {reason}')
+  if skipped:
+    raise CheckpointError(
+        f'No checkpoint in {where} can be read ({"; ".join(skipped)}). '
+        'Put the files back from a backup; to start the run afresh, move '
+        'them away (or use a new --logdir).')
+  return None
+
+
+class _UnrestoredValuesFilter(logging.Filter):
+  """Drops TensorFlow's list of values a failed restore left unmatched,
+  printed when the objects are collected; the CheckpointError raised says
+  what went wrong in one line."""
+
+  def filter(self, record):
+    message = record.getMessage()
+    return not message.startswith((
+        'Detecting that an object or model or tf.train.Checkpoint',
+        'Value in checkpoint could not be found',
+        'An attribute in the restored object could not be found'))
+
+
+def _silence_unrestored_values():
+  logger = tf.get_logger()
+  if not any(isinstance(f, _UnrestoredValuesFilter) for f in logger.filters):
+    logger.addFilter(_UnrestoredValuesFilter())
 
 
 class Checkpointer:
@@ -72,33 +239,34 @@ class Checkpointer:
     self.directory = directory
     self._checkpoint = tf.train.Checkpoint(**trackables)
     self._manager = tf.train.CheckpointManager(
-        self._checkpoint, directory, max_to_keep=max_to_keep)
-
-  @property
-  def latest(self) -> Optional[str]:
-    return self._manager.latest_checkpoint
+        self._checkpoint, directory, max_to_keep=max_to_keep,
+        checkpoint_name=CHECKPOINT_NAME)
 
   def restore_latest(self) -> Optional[str]:
-    """Restores the latest checkpoint, if any; returns its path.
+    """Restores the newest readable checkpoint, if any; returns its path.
 
-    Every object that exists now must find its values in the checkpoint
-    (objects created later, such as optimizer slots, are restored when they
-    are created).
+    Unreadable newer ones are skipped with a warning (see
+    `newest_readable`); the saves that follow take the numbers after the
+    restored one's and so write over them. Every object that exists now
+    must find its values in the checkpoint (objects created later, such as
+    optimizer slots, are restored when they are created).
 
     Raises:
-      CheckpointError: the checkpoint is corrupt or belongs to another model.
+      CheckpointError: no checkpoint can be read, or the newest readable
+        one belongs to another model.
     """
-    path = self._manager.latest_checkpoint
+    path = newest_readable(checkpoint_candidates(self.directory),
+                           self.directory)
     if path is None:
       return None
     try:
       status = self._checkpoint.restore(path)
       status.assert_existing_objects_matched()
     except (tf.errors.OpError, AssertionError, ValueError) as e:
+      _silence_unrestored_values()
       raise CheckpointError(
-          f'Cannot restore {path}: it is corrupt or was written for a '
-          f'different network or algorithm ({type(e).__name__}: '
-          f'{str(e).splitlines()[0][:300]}).') from e
+          f'Cannot restore {path}: it was written for a different network '
+          f'or algorithm ({_first_line(e)}).') from e
     logging.info('Restored checkpoint %s', path)
     return path
 
@@ -118,34 +286,27 @@ class Checkpointer:
     return path
 
 
-def checkpoint_number(path: str) -> int:
-  """'.../ckpt-12' -> 12."""
-  return int(path.rsplit('-', 1)[1])
-
-
-def find_checkpoint(location: str) -> str:
-  """The checkpoint a user named: a run's logdir, its `checkpoints/` folder
-  (the latest in either) or one `.../ckpt-N` prefix.
-
-  Raises:
-    CheckpointError: nothing readable there.
-  """
+def find_checkpoints(location: str) -> List[str]:
+  """The checkpoints a user named, newest first: those of a run's logdir
+  or of its `checkpoints/` folder, or the one `.../ckpt-N` prefix given."""
   for directory in (os.path.join(location, 'checkpoints'), location):
     if os.path.isdir(directory):
-      path = tf.train.latest_checkpoint(directory)
-      if path is not None:
-        return path
-  if tf.io.gfile.exists(location + '.index'):
-    return location
-  raise CheckpointError(f'No checkpoint in {location}; train first.')
+      found = checkpoint_candidates(directory)
+      if found:
+        return found
+  if tf.io.gfile.glob(location + '.index') or tf.io.gfile.glob(
+      location + '.data-*'):
+    return [location]
+  return []
 
 
 def restore_part(location: str, trackables: Dict[str, object]) -> str:
-  """Restores some named objects from a checkpoint (see `find_checkpoint`
+  """Restores some named objects from a checkpoint (see `find_checkpoints`
   for `location`), e.g. just what acting needs.
 
   Used by test mode and for explicit partial restores; other objects in the
-  checkpoint (optimizers, counters) are ignored on purpose.
+  checkpoint (optimizers, counters) are ignored on purpose. In a folder,
+  the newest readable checkpoint is used (see `newest_readable`).
 
   Args:
     location: a run's logdir, checkpoints folder or checkpoint path.
@@ -155,16 +316,19 @@ def restore_part(location: str, trackables: Dict[str, object]) -> str:
     The checkpoint's path.
 
   Raises:
-    CheckpointError: no checkpoint, or one for a different network.
+    CheckpointError: no (readable) checkpoint, or one for a different
+      network.
   """
-  path = find_checkpoint(location)
+  path = newest_readable(find_checkpoints(location), location)
+  if path is None:
+    raise CheckpointError(f'No checkpoint in {location}; train first.')
   try:
     status = tf.train.Checkpoint(**trackables).restore(path)
     status.assert_existing_objects_matched()
     status.expect_partial()
   except (tf.errors.OpError, AssertionError, ValueError) as e:
+    _silence_unrestored_values()
     raise CheckpointError(
         f'Cannot restore {sorted(trackables)} from {path}: it was written '
-        f'for a different network ({type(e).__name__}: '
-        f'{str(e).splitlines()[0][:300]}).') from e
+        f'for a different network ({_first_line(e)}).') from e
   return path

@@ -30,24 +30,33 @@ settings; batches of 128 instead of 256):
     multipliers are not supported).
   discounting [0.99]: gamma.
   reward_scaling [1.0]: rewards are multiplied by this.
-  actor_learning_rate, critic_learning_rate [1e-3]: Adam learning rates.
-  tau [0.005], target_update_period [1]: target networks move by tau every
-    period updates.
+  actor_learning_rate [1e-3]: Adam learning rate of the actor.
+  critic_learning_rate [1e-3]: Adam learning rate of the critics.
+  tau [0.005]: how far the target networks move towards the online ones
+    at each target update (1 copies them).
+  target_update_period [1]: updates between two target-network moves.
   num_critics [1]: critics (targets and the actor use their minimum).
   exploration_noise [0.1]: std of the Gaussian acting noise, as a fraction
     of the half range of each action entry (shipped to actors with the
     weights).
-  target_noise [0.0], target_noise_clip [0.5]: TD3 target smoothing noise
-    (fraction of the half range) and its clip.
+  target_noise [0.0]: std of TD3's target smoothing noise, as a fraction
+    of the half range of each action entry (0 = off).
+  target_noise_clip [0.5]: the smoothing noise is clipped to +-this
+    (a fraction of the half range).
   actor_update_period [1]: the actor learns every this many updates.
-  value_estimator ['td0'], td_lambda [0.95]: Q-target estimator over a
-    segment ('td0', 'td1', 'td_lambda', 'gae').
+  value_estimator ['td0']: Q-target estimator over a segment ('td0',
+    'td1', 'td_lambda', 'gae').
+  td_lambda [0.95]: lambda of the 'td_lambda' and 'gae' estimators.
   sample_length [1]: L, transitions per replayed segment.
   sample_batch_size [128]: transitions per update (ceil(this / L)
     segments).
   replay_capacity [1_000_000]: transitions kept (FIFO).
-  prioritized [False], priority_exponent [0.6], importance_exponent [0.4]:
-    prioritized replay by RMS TD error of the segment.
+  prioritized [False]: sample segments by priority, the RMS TD error of
+    the segment, instead of uniformly.
+  priority_exponent [0.6]: alpha of prioritized replay: segments are drawn
+    in proportion to priority^alpha (0 = uniform).
+  importance_exponent [0.4]: beta of prioritized replay's importance
+    weights, annealed linearly to 1 over the run.
   learning_starts [1000]: stored transitions before the first update.
   random_actions_until_start [True]: actors act uniformly at random until
     then.

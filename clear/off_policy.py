@@ -798,7 +798,7 @@ class OffPolicyPolicy(policy_lib.Policy, abc.ABC):
   def _update_many(self, segments: Segments, weights):
     """`_update_loop`, then summaries of the averaged metrics."""
     metrics, applied, priorities = self._loop_fn(segments, weights)
-    step = self.counters.num_steps
+    step = self.counters.num_env_frames  # As every summary of a run.
     for name, value in metrics.items():
       tf.summary.scalar(name, value, step=step)
     return metrics, applied, priorities

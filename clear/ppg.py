@@ -36,7 +36,7 @@ summed over heads). Only discrete (`DiscreteSpec`) heads are supported.
 
 `agent_config` (`clear.policy.AgentConfig`) meaning for PPG:
   network: the torso of both networks, as in `agents.make_agent` ('auto',
-    'mlp', 'impala_shallow', 'impala_deep', 'fullyconv').
+    'mlp', 'impala_shallow', 'impala_deep', 'fullyconv', 'minatar').
   core_size: the hidden width: the MLP torso has two ReLU layers of this
     size; image torsos end in a linear layer of this size.
   separate_critic: ignored; PPG always has a separate value network.
@@ -48,7 +48,8 @@ summed over heads). Only discrete (`DiscreteSpec`) heads are supported.
   learning_rate=1e-3, decay_learning_rate=False, adam_epsilon=1e-8,
   clip_grad_norm=10.0, clip_ratio=0.2, value_clip=0.0, entropy_cost=0.01,
   value_cost=0.5, value_estimator='gae', gae_lambda=0.95,
-  normalize_advantage=False, normalize_value=False, policy_epochs=1,
+  normalize_advantage=False, normalize_value=False, target_kl=0.0,
+  policy_epochs=1,
   num_minibatches=8, aux_freq=8, aux_train_epoch=6, aux_bc_weight=1.0,
   aux_num_minibatches=0 (0: the policy phase's minibatch size).
 
@@ -68,6 +69,8 @@ Metrics returned by `learn` (numpy scalars) and written as `tf.summary`
 scalars: loss/policy, loss/value, loss/entropy (minus the mean entropy),
 policy/entropy, policy/approx_kl, policy/clip_fraction, value/clip_fraction,
 value/mean_value, value/mean_return, advantage/abs_max, grad_norm/policy,
+policy/kl_stopped (share of the phase's steps the policy sat out, see
+`target_kl`),
 grad_norm/value, learning_rate/policy, learning_rate/value, and after an
 auxiliary phase aux/value_loss, aux/bc_kl, aux/loss, aux/value_net_loss,
 aux/grad_norm_policy, aux/grad_norm_value; plus the counters
@@ -122,6 +125,10 @@ class PPGConfig(NamedTuple):
     value_estimator: one of `clear.value_estimators.ESTIMATORS`.
     gae_lambda: lambda of 'gae' and 'td_lambda'.
     normalize_advantage: standardise advantages in each minibatch.
+    target_kl: once a minibatch's mean approximate KL between the policy
+      and the phase's old policy exceeds 1.5 x target_kl, the policy
+      network takes no more steps in that policy phase (the value network
+      goes on); 0 turns this off.
     normalize_value: the value network and auxiliary head predict returns
       standardised by a running mean and std (`ValueNormalizer`).
     policy_epochs: passes over each batch in the policy phase.
@@ -153,6 +160,7 @@ class PPGConfig(NamedTuple):
   gae_lambda: float = 0.95
   normalize_advantage: bool = False
   normalize_value: bool = False
+  target_kl: float = 0.0
   policy_epochs: int = 1
   num_minibatches: int = 8
   aux_freq: int = 8
@@ -188,6 +196,9 @@ def validate_config(config: PPGConfig):
   if not 0.0 <= config.discounting <= 1.0:
     raise ValueError('PPGConfig.discounting must be in [0, 1], got '
                      f'{config.discounting}.')
+  if config.target_kl < 0:
+    raise ValueError('PPGConfig.target_kl must be >= 0 (0: off), got '
+                     f'{config.target_kl}.')
   if not 0.0 <= config.gae_lambda <= 1.0:
     raise ValueError('PPGConfig.gae_lambda must be in [0, 1], got '
                      f'{config.gae_lambda}.')
@@ -499,6 +510,8 @@ def _make_torso(spec: types.EnvSpec, network: str, width: int, w_init, name):
     return torsos.ImpalaShallowTorso(obs_spec, w_init, width, name=name)
   if network == 'impala_deep':
     return torsos.ImpalaDeepTorso(obs_spec, w_init, width, name=name)
+  if network == 'minatar':
+    return torsos.MinAtarTorso(obs_spec, w_init, width, name=name)
   mask_keys = {s.mask_key for s in spec.action_spec.values()
                if s.mask_key is not None}
   return torsos.FullyConvTorso(obs_spec, w_init, mask_keys, width, name=name)
@@ -611,11 +624,17 @@ def _minibatch_indices(rng, num_samples, epochs, num_minibatches):
 # What `_policy_step` and `_aux_step` report (means over the phase's steps).
 _POLICY_STEP_METRICS = (
     'loss/policy', 'loss/value', 'loss/entropy', 'policy/entropy',
-    'policy/approx_kl', 'policy/clip_fraction', 'value/clip_fraction',
-    'advantage/abs_max', 'grad_norm/policy', 'grad_norm/value')
+    'policy/approx_kl', 'policy/clip_fraction', 'policy/kl_stopped',
+    'value/clip_fraction', 'advantage/abs_max', 'grad_norm/policy',
+    'grad_norm/value')
 _AUX_STEP_METRICS = ('aux/loss', 'aux/value_loss', 'aux/bc_kl',
                      'aux/value_net_loss', 'aux/grad_norm_policy',
                      'aux/grad_norm_value')
+
+
+def _applied(optimizer, grads, variables):
+  optimizer.apply(grads, variables)
+  return tf.constant(True)
 
 
 def _normalize_advantages(advantages):
@@ -733,17 +752,25 @@ class PPGPolicy(policy_lib.Policy):
   def _value_variables(self):
     return self.agent.value_network.trainable_variables
 
-  def _apply_if_finite(self, updates, scalars):
+  def _apply_if_finite(self, updates, scalars, gates=None):
     """Applies every (optimizer, grads, variables) if all scalars are finite.
+
+    `gates`, when given, holds a bool scalar per update: an update whose
+    gate is False is left out (the step still counts as applied).
 
     Returns:
       float32 1.0 when applied, 0.0 when skipped (and counted).
     """
     finite = tf.reduce_all([tf.math.is_finite(s) for s in scalars])
+    gates = gates or [None] * len(updates)
 
     def apply():
-      for optimizer, grads, variables in updates:
-        optimizer.apply(grads, variables)
+      for (optimizer, grads, variables), gate in zip(updates, gates):
+        if gate is None:
+          optimizer.apply(grads, variables)
+        else:
+          tf.cond(gate, lambda o=optimizer, g=grads, v=variables: _applied(
+              o, g, v), lambda: tf.constant(False))
       self._num_gradient_steps.assign_add(1)
       return tf.constant(1.0)
 
@@ -826,8 +853,13 @@ class PPGPolicy(policy_lib.Policy):
         'old_values': kept(raw_values[:-1]),
     }, tf.reduce_mean(estimate.returns), tf.reduce_mean(values[:-1])
 
-  def _policy_step(self, data):
-    """One minibatch step on both networks; returns its metrics."""
+  def _policy_step(self, data, policy_on):
+    """One minibatch step on both networks.
+
+    `policy_on` (bool scalar) is False once an earlier step of the phase
+    went past the KL limit (`target_kl`); the policy network then stays as
+    it is. Returns (metrics, applied, policy_on for the next step).
+    """
     config = self.config
     advantages = data['advantages']
     if config.normalize_advantage:
@@ -847,43 +879,50 @@ class PPGPolicy(policy_lib.Policy):
       value_loss = config.value_cost * tf.reduce_mean(loss)
     value_grads, value_norm = learner_lib.clipped_gradients(
         tape, value_loss, self._value_variables, self.config.clip_grad_norm)
+    approx_kl = tf.reduce_mean(extra.approx_kl)  # Before this step.
+    if config.target_kl > 0:
+      policy_on = tf.logical_and(policy_on,
+                                 approx_kl <= 1.5 * config.target_kl)
     applied = self._apply_if_finite(
         [(self.policy_optimizer, policy_grads, self._policy_variables),
          (self.value_optimizer, value_grads, self._value_variables)],
-        [policy_loss, value_loss, policy_norm, value_norm])
+        [policy_loss, value_loss, policy_norm, value_norm],
+        gates=[policy_on, None])
     return {
         'loss/policy': tf.reduce_mean(extra.policy_loss),
         'loss/value': value_loss,
         'loss/entropy': -tf.reduce_mean(extra.entropy),
         'policy/entropy': tf.reduce_mean(extra.entropy),
-        'policy/approx_kl': tf.reduce_mean(extra.approx_kl),
+        'policy/approx_kl': approx_kl,
         'policy/clip_fraction': tf.reduce_mean(extra.clipped),
+        'policy/kl_stopped': 1.0 - tf.cast(policy_on, tf.float32),
         'value/clip_fraction': tf.reduce_mean(value_extra.clipped),
         'advantage/abs_max': tf.reduce_max(tf.abs(advantages)),
         'grad_norm/policy': policy_norm,
         'grad_norm/value': value_norm,
-    }, applied
+    }, applied, policy_on
 
   def _loop(self, step_fn, names, data, indices):
     """Runs `step_fn` on every row of minibatch `indices`; mean metrics.
 
-    `step_fn(minibatch)` returns (dict `names` -> float32 scalar metrics,
-    float32 1.0 when its update was applied else 0.0).
+    `step_fn(minibatch, carry)` returns (dict `names` -> float32 scalar
+    metrics, float32 1.0 when its update was applied else 0.0, the bool
+    carry for the next step); the carry starts True.
 
     Returns:
       (dict of metrics averaged over the steps, number of applied steps).
     """
     num_steps = tf.shape(indices)[0]
 
-    def body(i, sums, applied):
-      metrics, step_applied = step_fn(_gather(data, indices[i]))
+    def body(i, sums, applied, carry):
+      metrics, step_applied, carry = step_fn(_gather(data, indices[i]), carry)
       sums = {k: sums[k] + metrics[k] for k in names}
-      return i + 1, sums, applied + step_applied
+      return i + 1, sums, applied + step_applied, carry
 
-    _, sums, applied = tf.while_loop(
+    _, sums, applied, _ = tf.while_loop(
         lambda i, *_: i < num_steps, body,
         (tf.constant(0), {k: tf.constant(0.0) for k in names},
-         tf.constant(0.0)))
+         tf.constant(0.0), tf.constant(True)))
     count = tf.cast(tf.maximum(num_steps, 1), tf.float32)
     return {k: v / count for k, v in sums.items()}, applied
 
@@ -907,7 +946,7 @@ class PPGPolicy(policy_lib.Policy):
     memory = {k: data[k] for k in ('observation', 'targets', 'old_values')}
     return metrics, memory
 
-  def _aux_step(self, data):
+  def _aux_step(self, data, carry):
     config = self.config
     with tf.GradientTape() as tape:
       logits, aux_values = self.agent.policy_network(data['observation'])
@@ -934,7 +973,7 @@ class PPGPolicy(policy_lib.Policy):
         'aux/value_net_loss': value_loss,
         'aux/grad_norm_policy': policy_norm,
         'aux/grad_norm_value': value_norm,
-    }, applied
+    }, applied, carry
 
   def _aux_phase_graph(self, memory, num_minibatches):
     config = self.config

@@ -11,6 +11,12 @@ Reservoir insertion keeps every unroll ever offered with equal probability
 capacity / num_seen (CLEAR, Rolnick et al. 2019); FIFO overwrites the oldest.
 Sampling is uniform with replacement over the stored unrolls.
 
+Frame-stacked observations (`stacked_observations`, the entries an
+`EnvSpec` lists in `stacked_frames`, e.g. Atari's `frame`) are kept with
+each distinct frame once per unroll (`clear/frame_store.py`) and rebuilt bit
+for bit when read: about T + K frames per unroll instead of (T + 1) K.
+Every other leaf, and every other observation, is stored as it arrives.
+
 Off-policy learners that train on pieces of unrolls address them as
 (item, slot) pairs: an item has `slots_per_item` slots (e.g. the start
 positions of the windows cut from it), drawn with `sample_slots` and read
@@ -23,15 +29,19 @@ sum tree, so draws and updates cost O(log N) each.
 
 The state (contents, counters, sampler RNG, priorities) saves to `.npy` files
 plus a JSON description, read back with `allow_pickle=False`, so nothing on
-disk can execute code.
+disk can execute code. A stacked leaf saves as its planes and tables
+(`frames_<leaf>_*.npy`); a state saved before frame-once storage existed
+(the leaf as `contents_<leaf>.npy` stacks) is converted when restored.
 """
 
 import json
 import os
-from typing import NamedTuple, Optional
+from typing import Dict, NamedTuple, Optional, Sequence
 
 import numpy as np
 import tree
+
+from clear import frame_store
 
 SAMPLING_MODES = ('reservoir', 'fifo')
 STORAGE_MODES = ('memory', 'memmap')
@@ -119,13 +129,18 @@ class ReplayBuffer:
     slots_per_item: the slots of an item that `sample_slots` draws from.
     min_priority: floor added to every priority, so no slot becomes
       impossible to draw.
+    stacked_observations: names of `env_outputs.observation` entries that
+      are frame stacks (uint8 `[T + 1, H, W, K]` per unroll, K >= 2, oldest
+      frame first); they are stored with each distinct frame once. Items
+      must then be `types.Unroll`s.
   """
 
   def __init__(self, capacity: int, sampling: str = 'reservoir',
                seed: int = 0, storage: str = 'memory',
                directory: Optional[str] = None, prioritized: bool = False,
                priority_exponent: float = 0.6, slots_per_item: int = 1,
-               min_priority: float = 1e-6):
+               min_priority: float = 1e-6,
+               stacked_observations: Sequence[str] = ()):
     if capacity < 1:
       raise ValueError(f'ReplayBuffer: capacity must be >= 1, got {capacity}.')
     if sampling not in SAMPLING_MODES:
@@ -150,8 +165,12 @@ class ReplayBuffer:
     self.storage = storage
     self.directory = directory
     self._rng = np.random.RandomState(seed)
+    self.stacked_observations = tuple(stacked_observations)
     self._structure = None
-    self._leaves = None  # List of [capacity, ...] arrays.
+    # One [capacity, ...] array per leaf; a `frame_store.FrameStore` for a
+    # stacked observation.
+    self._leaves = None
+    self._frame_stores = {}
     self._size = 0
     self._num_seen = 0
     self._num_stored = 0
@@ -178,8 +197,15 @@ class ReplayBuffer:
 
   @property
   def nbytes(self) -> int:
-    """Bytes of the preallocated storage (0 before the first insert)."""
+    """Bytes of the storage (0 before the first insert): the preallocated
+    arrays, and for stacked observations their frames, tables and spill."""
     return sum(leaf.nbytes for leaf in self._leaves or ())
+
+  @property
+  def frame_stores(self) -> Dict[str, frame_store.FrameStore]:
+    """The stores of the stacked observations, by name (empty before the
+    first insert)."""
+    return dict(self._frame_stores)
 
   @property
   def max_priority(self) -> float:
@@ -199,19 +225,62 @@ class ReplayBuffer:
 
   # --- Insertion and sampling ------------------------------------------------
 
+  def _stacked_leaves(self, item) -> list:
+    """Per leaf of `item`, its observation name if stacked, else ''.
+
+    Raises:
+      ValueError: a name in `stacked_observations` is not an observation
+        entry, or the entry is not uint8 `[T + 1, H, W, K]`.
+    """
+    flags = tree.map_structure(lambda _: '', item)
+    if not self.stacked_observations:
+      return tree.flatten(flags)
+    observation = getattr(getattr(item, 'env_outputs', None), 'observation',
+                          None)
+    if not isinstance(observation, dict):
+      raise ValueError('ReplayBuffer: stacked_observations needs items that '
+                       'are types.Unroll with an observation dict.')
+    missing = [k for k in self.stacked_observations if k not in observation]
+    if missing:
+      raise ValueError(f'ReplayBuffer: stacked_observations {missing} are '
+                       'not observation entries of the unrolls '
+                       f'({sorted(observation)}).')
+    for key in self.stacked_observations:
+      frame_store.check_stacks(observation[key],
+                               f'ReplayBuffer: observation {key!r}')
+    marked = {k: k if k in self.stacked_observations else ''
+              for k in observation}
+    return tree.flatten(flags._replace(env_outputs=flags.env_outputs._replace(
+        observation=marked)))
+
   def _allocate(self, item):
+    stacked = self._stacked_leaves(item)
     self._structure = tree.map_structure(lambda _: None, item)
     leaves = [np.asarray(x) for x in tree.flatten(item)]
     if self.storage == 'memmap':
       os.makedirs(self.directory, exist_ok=True)
-      self._leaves = [
-          np.lib.format.open_memmap(
-              os.path.join(self.directory, f'leaf_{i:03d}.npy'), mode='w+',
-              dtype=x.dtype, shape=(self.capacity,) + x.shape)
-          for i, x in enumerate(leaves)]
-    else:
-      self._leaves = [np.zeros((self.capacity,) + x.shape, x.dtype)
-                      for x in leaves]
+    self._leaves = []
+    self._frame_stores = {}
+    for i, (x, name) in enumerate(zip(leaves, stacked)):
+      is_stacked = bool(name)
+      path = None
+      if self.storage == 'memmap':
+        names = [f'frames_{i:03d}.npy', f'leaf_{i:03d}.npy']
+        if not is_stacked:
+          names.reverse()
+        path = os.path.join(self.directory, names[0])
+        stale = os.path.join(self.directory, names[1])
+        if os.path.exists(stale):  # From a run that stored the leaf the
+          os.remove(stale)         # other way.
+      if is_stacked:
+        self._frame_stores[name] = frame_store.FrameStore(self.capacity,
+                                                          x.shape, path)
+        self._leaves.append(self._frame_stores[name])
+      elif path:
+        self._leaves.append(np.lib.format.open_memmap(
+            path, mode='w+', dtype=x.dtype, shape=(self.capacity,) + x.shape))
+      else:
+        self._leaves.append(np.zeros((self.capacity,) + x.shape, x.dtype))
 
   def _slot(self) -> Optional[int]:
     """The slot the next offered unroll goes to, or None to drop it."""
@@ -239,7 +308,11 @@ class ReplayBuffer:
       if x.shape != store.shape[1:]:
         raise ValueError(f'ReplayBuffer.insert: leaf shape {x.shape} differs '
                          f'from the stored {store.shape[1:]}.')
-      store[slot] = x
+    for store, x in zip(self._leaves, leaves):
+      if isinstance(store, frame_store.FrameStore):
+        store.write(slot, x)
+      else:
+        store[slot] = x
     if self.prioritized:
       self._set_priorities(np.full([self.slots_per_item], slot),
                            np.arange(self.slots_per_item),
@@ -260,15 +333,15 @@ class ReplayBuffer:
 
   def sample(self, n: int):
     """`n` unrolls drawn uniformly with replacement, batch-major `[n, ...]`."""
-    indices = self.sample_indices(n)
-    return tree.unflatten_as(self._structure,
-                             [leaf[indices] for leaf in self._leaves])
+    return self.get(self.sample_indices(n))
 
   def get(self, indices):
     """The items at `indices` (int `[n]`), batch-major `[n, ...]`."""
     indices = np.asarray(indices)
     return tree.unflatten_as(self._structure,
-                             [leaf[indices] for leaf in self._leaves])
+                             [leaf.read(indices)
+                              if isinstance(leaf, frame_store.FrameStore)
+                              else leaf[indices] for leaf in self._leaves])
 
   def get_windows(self, indices, starts, length: int):
     """Windows of `length` steps cut from stored unrolls.
@@ -307,7 +380,10 @@ class ReplayBuffer:
             f'ReplayBuffer.get_windows: windows of {length} steps starting '
             f'at {starts.min()}..{starts.max()} leave unrolls of '
             f'{leaf.shape[1]} steps.')
-      leaves.append(leaf[indices[:, None], steps])
+      if isinstance(leaf, frame_store.FrameStore):
+        leaves.append(leaf.read(indices, starts, length))
+      else:
+        leaves.append(leaf[indices[:, None], steps])
     return tree.unflatten_as(self._structure, leaves)
 
   # --- Slots and priorities --------------------------------------------------
@@ -373,9 +449,15 @@ class ReplayBuffer:
     os.makedirs(directory, exist_ok=True)
     rng_state = self._rng.get_state()
     np.save(os.path.join(directory, 'rng_keys.npy'), rng_state[1])
+    stacked = []
     for i, leaf in enumerate(self._leaves or ()):
-      np.save(os.path.join(directory, f'contents_{i:03d}.npy'),
-              leaf[:self._size])
+      if isinstance(leaf, frame_store.FrameStore):
+        stacked.append(i)
+        for name, array in leaf.arrays(self._size).items():
+          np.save(_frames_path(directory, i, name), array)
+      else:
+        np.save(os.path.join(directory, f'contents_{i:03d}.npy'),
+                leaf[:self._size])
     paths = tree.flatten_with_path(self._structure) if self._structure else []
     meta = {
         'capacity': self.capacity, 'sampling': self.sampling,
@@ -388,6 +470,7 @@ class ReplayBuffer:
         'prioritized': self.prioritized,
         'slots_per_item': self.slots_per_item,
         'max_priority': self._max_priority,
+        'stacked_leaves': stacked,
     }
     if self.prioritized:
       np.save(os.path.join(directory, 'priorities.npy'),
@@ -415,14 +498,35 @@ class ReplayBuffer:
       raise ValueError('ReplayBuffer.restore: saved unrolls have a different '
                        'structure from this agent\'s.')
     size = meta['size']
+    saved_stacked = set(meta.get('stacked_leaves', ()))
     for i, leaf in enumerate(self._leaves if size else ()):
+      is_store = isinstance(leaf, frame_store.FrameStore)
+      if i in saved_stacked:
+        if not is_store:
+          raise ValueError(
+              f'ReplayBuffer.restore: leaf {i} was saved as frame-once '
+              'stacks, but this buffer stores it as it arrives '
+              f'(stacked_observations={list(self.stacked_observations)}).')
+        leaf.load_arrays(
+            {name: np.load(_frames_path(directory, i, name),
+                           mmap_mode='r' if name == 'planes' else None,
+                           allow_pickle=False)
+             for name in _FRAME_ARRAYS}, size)
+        continue
+      # Stacks saved as they arrived (as by the buffer before frame-once
+      # storage) are read lazily and encoded slot by slot.
       saved = np.load(os.path.join(directory, f'contents_{i:03d}.npy'),
-                      allow_pickle=False)
-      if saved.shape[1:] != leaf.shape[1:] or saved.dtype != leaf.dtype:
+                      mmap_mode='r' if is_store else None, allow_pickle=False)
+      if saved.shape != (size,) + leaf.shape[1:] or saved.dtype != leaf.dtype:
         raise ValueError('ReplayBuffer.restore: saved leaf '
-                         f'{saved.shape[1:]} {saved.dtype} does not match '
-                         f'{leaf.shape[1:]} {leaf.dtype}.')
-      leaf[:size] = saved
+                         f'{saved.dtype}{list(saved.shape)} does not match '
+                         f'{size} unrolls of {leaf.dtype}'
+                         f'{list(leaf.shape[1:])}.')
+      if is_store:
+        for slot in range(size):
+          leaf.write(slot, saved[slot])
+      else:
+        leaf[:size] = saved
     keys = np.load(os.path.join(directory, 'rng_keys.npy'), allow_pickle=False)
     name, pos, has_gauss, cached = meta['rng']
     self._rng.set_state((name, keys, pos, has_gauss, cached))
@@ -456,6 +560,13 @@ class ReplayBuffer:
       items = np.repeat(np.arange(size), self.slots_per_item)
       slots = np.tile(np.arange(self.slots_per_item), size)
       self._set_priorities(items, slots, saved.reshape(-1).astype(np.float64))
+
+
+_FRAME_ARRAYS = ('planes', 'table', 'spill', 'spill_slots')
+
+
+def _frames_path(directory: str, leaf: int, name: str) -> str:
+  return os.path.join(directory, f'frames_{leaf:03d}_{name}.npy')
 
 
 def swap_time_and_batch(batch):

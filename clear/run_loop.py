@@ -37,6 +37,7 @@ from clear import continual
 from clear import learner as learner_lib
 from clear import policy as policy_lib
 from clear import progress
+from clear import record as record_lib
 from clear import replay as replay_lib
 from clear import snapshot
 from envs import multitask
@@ -226,7 +227,8 @@ class _Run:
       self.buffer = replay_lib.ReplayBuffer(
           config.replay_buffer_size, config.replay_sampling,
           seed=config.seed, storage=config.replay_storage,
-          directory=os.path.join(config.logdir, 'replay_memmap'))
+          directory=os.path.join(config.logdir, 'replay_memmap'),
+          stacked_observations=spec.stacked_frames)
     self.episodes = progress.EpisodeStats()
     self.lags = collections.deque(maxlen=100)
     self.env_restarts = {}  # Actor id -> its cumulative env relaunches.
@@ -248,7 +250,7 @@ class _Run:
     return self._run_time_before + time.monotonic() - self._started
 
   def _state_dir(self, number):
-    return os.path.join(self.checkpointer.directory, f'state-{number}')
+    return checkpoint_lib.state_dir(self.checkpointer.directory, number)
 
   def _item_template(self):
     """One batch-major unroll `[T + 1, ...]`, as replay stores them."""
@@ -610,11 +612,12 @@ def train(config: RunConfig,
 
   pool = make_pool()
   writer = tf.summary.create_file_writer(config.logdir)
-  with writer.as_default():  # Summary ops bind to the writer when traced.
-    # Build the learner's graphs while the actors start up.
-    run.policy.trace(policy_lib.example_batch(run.policy, lc.unroll_length,
-                                              lc.batch_size),
-                     critic=run.frames < config.num_critic_pretrain_frames)
+  if not stop_requested():  # A run stopped at once skips it: seconds.
+    with writer.as_default():  # Summary ops bind to the writer when traced.
+      # Build the learner's graphs while the actors start up.
+      run.policy.trace(policy_lib.example_batch(run.policy, lc.unroll_length,
+                                                lc.batch_size),
+                       critic=run.frames < config.num_critic_pretrain_frames)
   first_update_s = float('nan')
   updates = 0
   stopped_early = False
@@ -627,6 +630,7 @@ def train(config: RunConfig,
     frame_rate = progress.Rate(run.frames)
     step_rate = progress.Rate(run.version)
     last_log = last_checkpoint = time.monotonic()
+    logged_at = None  # (frames, updates) of the last progress line.
     task = run.task_name
     with writer.as_default():
       while run.frames < total:
@@ -664,12 +668,16 @@ def train(config: RunConfig,
         now = time.monotonic()
         if now - last_log >= config.log_interval_s:
           _log_progress(run, pool, frame_rate, step_rate, total)
-          last_log = now
+          last_log, logged_at = now, (run.frames, run.version)
         if now - last_checkpoint >= config.checkpoint_interval_s:
           run.save(_actor_state(pool))
           last_checkpoint = now
       if evaluation is not None and not stopped_early:
         evaluation.maybe_evaluate(force=True)  # The final performance.
+      # Every run ends with a progress line and its runtime summaries, also
+      # one shorter than the log interval.
+      if logged_at != (run.frames, run.version):
+        _log_progress(run, pool, frame_rate, step_rate, total)
   finally:
     actor_state = _actor_state(pool)
     pool.close()
@@ -697,23 +705,24 @@ def _summary(returns) -> dict:
   }
 
 
+TEST_RESULTS_FILE = 'test_results.json'
+
+
 def evaluate(config: RunConfig, num_episodes: int) -> dict:
-  """Plays `num_episodes` with the latest checkpoint; writes the summary JSON.
+  """Plays `num_episodes` with the newest readable checkpoint.
 
   Returns:
-    Dict with the returns' mean, median, std, min, max and the 95% interval
-    of the mean (normal approximation), also written to
-    `logdir/test_results.json`. For a task sequence, one such summary per
-    task under 'tasks'.
+    Dict with the env, the checkpoint, the returns and their mean, median,
+    std, min, max and the 95% interval of the mean (normal approximation);
+    for a task sequence, one such summary per task under 'tasks'. See
+    `write_test_results`.
+
+  Raises:
+    CheckpointError: no readable checkpoint, or one of another network.
   """
   if num_episodes < 1:
     raise ValueError(f'test_num_episodes must be >= 1, got {num_episodes}.')
-  spec = env_spec(config)
-  policy = algorithms.make_policy(config.algorithm, spec, config.agent_config,
-                                  seed=config.seed)
-  path = checkpoint_lib.restore_part(
-      os.path.join(config.logdir, 'checkpoints'),
-      policy.acting_checkpointables())
+  policy, path = _restored_acting_policy(config)
   evaluator = continual.Evaluator(
       config.env_name, config.env_options, policy,
       num_episodes=num_episodes, seed=config.seed + 1,
@@ -728,8 +737,50 @@ def evaluate(config: RunConfig, num_episodes: int) -> dict:
                         for name, result in results.items()}
   else:
     summary.update(_summary(results[config.env_name].returns))
-  out = os.path.join(config.logdir, 'test_results.json')
+  return summary
+
+
+def _restored_acting_policy(config: RunConfig):
+  """The run's policy with the newest readable checkpoint's acting weights.
+
+  Returns:
+    (policy, checkpoint path).
+  """
+  policy = algorithms.make_policy(config.algorithm, env_spec(config),
+                                  config.agent_config, seed=config.seed)
+  path = checkpoint_lib.restore_part(
+      os.path.join(config.logdir, 'checkpoints'),
+      policy.acting_checkpointables())
+  return policy, path
+
+
+def record_episode(config: RunConfig, path: str) -> record_lib.Recording:
+  """Plays one episode (seed `config.seed + 2`, the first task of a
+  sequence) with the newest readable checkpoint and writes it to `path` as
+  a GIF of what the agent saw (`clear.record`)."""
+  import envs  # pylint: disable=g-import-not-at-top
+  policy, _ = _restored_acting_policy(config)
+  options = dict(config.env_options)
+  if multitask.is_sequence(config.env_name):
+    options['task'] = 0
+  env = envs.make(config.env_name, num_envs=1, seed=config.seed + 2,
+                  **options)
+  try:
+    return record_lib.record_episode(env, policy, path,
+                                     max_steps=config.eval_max_steps)
+  finally:
+    env.close()
+
+
+def write_test_results(logdir: str, summary: dict) -> str:
+  """Writes `evaluate`'s summary to `logdir/test_results.json` (atomically:
+  a temporary file, then a rename); returns the path.
+
+  Raises:
+    OSError: the file cannot be written.
+  """
+  out = os.path.join(logdir, TEST_RESULTS_FILE)
   with open(out + '.tmp', 'w') as f:
     json.dump(summary, f, indent=2)
   os.replace(out + '.tmp', out)
-  return summary
+  return out

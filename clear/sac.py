@@ -60,10 +60,12 @@ here.
     multipliers are not supported).
   discounting [0.99]: gamma.
   reward_scaling [1.0]: rewards are multiplied by this.
-  actor_learning_rate, critic_learning_rate, alpha_learning_rate [1e-3]:
-    Adam learning rates.
-  tau [0.005], target_update_period [1]: target critics move by tau every
-    period updates.
+  actor_learning_rate [1e-3]: Adam learning rate of the actor.
+  critic_learning_rate [1e-3]: Adam learning rate of the critics.
+  alpha_learning_rate [1e-3]: Adam learning rate of the temperature(s).
+  tau [0.005]: how far the target networks move towards the critics at
+    each target update (1 copies them).
+  target_update_period [1]: updates between two target-network moves.
   num_critics [2]: critics in the ensemble (min over them).
   target_entropy [None]: None derives it from the action spec (continuous:
     -1 per entry of the [-1, 1]-scaled action, i.e. sum(log half range - 1)
@@ -72,17 +74,27 @@ here.
     (summed per part); for mixed actions a (discrete, continuous) pair.
   initial_alpha [1.0]: initial temperature(s).
   max_log_alpha [None]: cap on log alpha.
-  prior_actor [''], prior_kl_weight [1.0], target_kld_per_dim [3.0]: the
-    optional prior ('', 'uniform' or 'same_action').
-  value_estimator ['td0'], td_lambda [0.95]: Q-target estimator over a
-    segment ('td0', 'td1', 'td_lambda', 'gae').
+  prior_actor ['']: the prior the policy is regularised towards by KL
+    instead of maximising its entropy: '' (none), 'uniform' or
+    'same_action'.
+  prior_kl_weight [1.0]: w, the weight of log prior in the regulariser
+    log pi - w log prior (with a prior actor).
+  target_kld_per_dim [3.0]: with a prior actor, the default target
+    entropy is -target_kld_per_dim per action entry.
+  value_estimator ['td0']: Q-target estimator over a segment ('td0',
+    'td1', 'td_lambda', 'gae').
+  td_lambda [0.95]: lambda of the 'td_lambda' and 'gae' estimators.
   sample_length [1]: L, transitions per replayed segment (raise it with
     td1/td_lambda for n-step-like targets).
   sample_batch_size [128]: transitions per update (ceil(this / L)
     segments).
   replay_capacity [1_000_000]: transitions kept (FIFO).
-  prioritized [False], priority_exponent [0.6], importance_exponent [0.4]:
-    prioritized replay by RMS TD error of the segment.
+  prioritized [False]: sample segments by priority, the RMS TD error of
+    the segment, instead of uniformly.
+  priority_exponent [0.6]: alpha of prioritized replay: segments are drawn
+    in proportion to priority^alpha (0 = uniform).
+  importance_exponent [0.4]: beta of prioritized replay's importance
+    weights, annealed linearly to 1 over the run.
   learning_starts [1000]: stored transitions before the first update.
   random_actions_until_start [True]: actors act uniformly at random until
     then.

@@ -5,8 +5,10 @@ r"""Train or test an IMPALA-CLEAR agent from the command line.
   python -m clear.train --mode=test --logdir=runs/pong --test_num_episodes=30
 
 Running the same command again resumes from the latest checkpoint in
---logdir. Ctrl-C or SIGTERM stops the actors, writes a final checkpoint and
-exits with status 0 (130 / 143 when interrupted before the end).
+--logdir. Test mode (and --init_from) take the env, algorithm and network
+from the run's run.json. Ctrl-C or SIGTERM stops the actors, writes a final
+checkpoint and exits with status 0 (130 / 143 when interrupted before the
+end); bad flags or files exit with status 2 and one message.
 """
 
 import json
@@ -15,27 +17,50 @@ import os
 import re
 import signal
 import sys
-from typing import NamedTuple
+import tempfile
+from typing import Dict, NamedTuple, Optional
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+
+def _interrupted_while_loading(signum, frame):
+  del frame
+  os.write(2, b'Interrupted before the run started.\n')
+  os._exit(128 + signum)  # pylint: disable=protected-access
+
+
+if __name__ == '__main__':
+  # A Ctrl-C while the imports below load TensorFlow (seconds) ends the
+  # program at once and quietly: nothing has started yet. `main` installs
+  # the handlers of the run itself.
+  signal.signal(signal.SIGINT, _interrupted_while_loading)
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 from absl import logging
 
 from clear import algorithms
+from clear import checkpoint as checkpoint_lib
+from clear import flag_help
 from clear import learner as learner_lib
 from clear import policy as policy_lib
+from clear import record as record_lib
 from clear import replay as replay_lib
 from clear import run_loop
 
 FLAGS = flags.FLAGS
+PROGRAM = 'python -m clear.train'
+# `--help` and `--helpfull` list the flags under these headings (see
+# clear.flag_help); each flag belongs to the heading above its definition.
+FLAG_GROUPS = flag_help.FlagGroups(FLAGS)
 
-# --- What to run --------------------------------------------------------------
+FLAG_GROUPS.heading('What to run')
 flags.DEFINE_string('env', 'gym:CartPole-v1',
-                    'Environment: atari:<Game>, sc2:<Map>, gym:<id>, or a '
-                    'comma-separated sequence of one family trained one '
-                    'after another (see --frames_per_task).')
+                    'Environment: atari:<Game>, sc2:<Map>, gym:<id>, '
+                    'minatar:<Game> (Asterix, Breakout, Freeway, Seaquest, '
+                    'SpaceInvaders), or a comma-separated sequence of one '
+                    'family trained one after another (see '
+                    '--frames_per_task).')
 flags.DEFINE_enum('algorithm', 'impala', sorted(algorithms.ALGORITHMS),
                   '; '.join(f'{name}: {entry.description}' for name, entry
                             in sorted(algorithms.ALGORITHMS.items())) +
@@ -46,7 +71,10 @@ flags.DEFINE_enum('algorithm', 'impala', sorted(algorithms.ALGORITHMS),
                   'jit_compile apply to every algorithm that has them, and '
                   'when left unset the others use their own defaults.')
 flags.DEFINE_enum('mode', 'train', ['train', 'test'],
-                  'train, or test the latest checkpoint.')
+                  'train; or test: play --test_num_episodes episodes with '
+                  'the newest readable checkpoint in --logdir, on the env '
+                  'and with the algorithm and network its run.json records, '
+                  'print the returns and write them to test_results.json.')
 flags.DEFINE_string('logdir', '/tmp/clear/cartpole',
                     'Checkpoints, TensorBoard events and results go here.')
 flags.DEFINE_integer('seed', 0, 'Base random seed.')
@@ -55,7 +83,7 @@ flags.DEFINE_integer('total_environment_frames', None,
                      'learning rate decays to 0 over them (default per env '
                      'family: 400k for gym, 40M for Atari and SC2).')
 
-# --- Actors ---------------------------------------------------------------------
+FLAG_GROUPS.heading('Actors')
 flags.DEFINE_enum('backend', 'local', ['local', 'inline', 'ray'],
                   'Actors as local processes, inside the learner process '
                   '(acting and learning take turns: reproducible, less '
@@ -70,10 +98,13 @@ flags.DEFINE_integer('envs_per_actor', None,
                      'batch size with ppg, sac and ddpg).')
 flags.DEFINE_integer('unroll_length', 20, 'Agent steps per unroll.')
 
-# --- Network --------------------------------------------------------------------
+FLAG_GROUPS.heading('Network')
 flags.DEFINE_enum('network', 'auto',
                   ['auto', 'impala_shallow', 'impala_deep', 'mlp',
-                   'fullyconv'], 'Agent torso.')
+                   'fullyconv', 'minatar'],
+                  'Agent torso (auto: fullyconv for SC2, minatar for '
+                  "MinAtar's 10x10 boards, impala_shallow for other "
+                  'images, mlp for vectors).')
 flags.DEFINE_integer('core_size', None,
                      'LSTM size (default: 256 for pixels, 64 for gym); 0 '
                      'makes the impala agent feed-forward.')
@@ -81,7 +112,7 @@ flags.DEFINE_bool('separate_critic', False,
                   'Give the critic its own network (needed to pretrain a '
                   'critic without a shared torso).')
 
-# --- Learner --------------------------------------------------------------------
+FLAG_GROUPS.heading('Learner')
 flags.DEFINE_integer('batch_size', 32, 'Unrolls per learner batch.')
 flags.DEFINE_float('learning_rate', None,
                    'Initial learning rate (default: per env family, see '
@@ -94,7 +125,15 @@ flags.DEFINE_float('rmsprop_initial_mean_square', 1.0,
                    "in TF1's RMSPropOptimizer (IMPALA's), 0 as in Sonnet's.")
 flags.DEFINE_float('clip_grad_norm', 40.0,
                    'Global gradient-norm clip (0 disables).')
-flags.DEFINE_float('discounting', 0.99, 'Discount factor.')
+flags.DEFINE_float('discounting', 0.99,
+                   'Discount factor per agent step (per default-multiplier '
+                   'step with --discount_per=frame).')
+flags.DEFINE_enum('discount_per', None, list(learner_lib.DISCOUNT_PER),
+                  'step: every agent step is discounted by --discounting; '
+                  'frame: a step of k frames by discounting^(k / the '
+                  "family's default step multiplier), the semi-Markov "
+                  'discount (default: frame with --nofixed_step_mul, else '
+                  'step).')
 flags.DEFINE_enum('reward_clipping', 'abs_one',
                   ['abs_one', 'soft_asymmetric', 'none'], 'Reward clipping.')
 flags.DEFINE_float('reward_scaling', None,
@@ -105,8 +144,11 @@ flags.DEFINE_float('entropy_cost', 0.01, 'Weight of the entropy term.')
 flags.DEFINE_bool('clip_advantage', False,
                   'Zero negative advantages in the policy gradient.')
 flags.DEFINE_bool('jit_compile', False, 'Compile the learner step with XLA.')
+flags.DEFINE_bool('stop_on_nonfinite', False,
+                  'Stop at the first update with a non-finite loss or '
+                  'gradient (default: skip it, count it and go on).')
 
-# --- CLEAR replay ---------------------------------------------------------------
+FLAG_GROUPS.heading('CLEAR replay (impala)')
 flags.DEFINE_float('replay_proportion', 0.5,
                    'Share of each batch taken from replay (0: plain IMPALA).')
 flags.DEFINE_integer('replay_buffer_size', 10_000, 'Replay capacity, unrolls.')
@@ -124,7 +166,7 @@ flags.DEFINE_float('policy_cloning_cost', 0.01,
 flags.DEFINE_float('value_cloning_cost', 0.005,
                    'Weight of the CLEAR value-cloning loss.')
 
-# --- Task sequences and evaluation ----------------------------------------------
+FLAG_GROUPS.heading('Task sequences, evaluation and test mode')
 flags.DEFINE_integer('frames_per_task', 0,
                      'With a sequence --env: frames each task trains for '
                      'before the next (total = this x tasks x cycles).')
@@ -137,21 +179,28 @@ flags.DEFINE_integer('eval_interval_frames', 0,
 flags.DEFINE_integer('eval_episodes', 10, 'Episodes per task and evaluation.')
 flags.DEFINE_integer('eval_max_steps', 27_000,
                      'Agent steps after which an evaluation episode is cut.')
+flags.DEFINE_integer('test_num_episodes', 10, 'Episodes played by --mode=test.')
+flags.DEFINE_string('record', '',
+                    'With --mode=test: after the test episodes, play one '
+                    'more and write it to this path as an animated GIF of '
+                    'what the agent saw (Atari frames, MinAtar boards; '
+                    'needs Pillow, in the plot extra).')
 
-# --- Starting from another run ---------------------------------------------------
+FLAG_GROUPS.heading('Starting from another run')
 flags.DEFINE_string('init_from', '',
                     'Start a NEW run from the weights of another run (its '
-                    'logdir or a checkpoint path); ignored when --logdir '
+                    'logdir or a checkpoint path), with the env, algorithm '
+                    'and network its run.json records; ignored when --logdir '
                     'already holds a checkpoint, which is resumed.')
 flags.DEFINE_enum('init_scope', 'all', list(policy_lib.INIT_SCOPES),
                   'Which weights --init_from loads: all, only the critic '
                   '(e.g. from a critic-pretraining run) or only the policy.')
 
-# --- Critic pretraining ---------------------------------------------------------
+FLAG_GROUPS.heading('Critic pretraining (impala)')
 flags.DEFINE_integer('num_critic_pretrain_frames', 0,
                      'Frames of critic-only training before the main phase.')
 
-# --- Step multipliers ---------------------------------------------------------
+FLAG_GROUPS.heading('Step multipliers')
 flags.DEFINE_bool('fixed_step_mul', True,
                   'Use a constant step multiplier (else the agent picks one).')
 flags.DEFINE_integer('step_mul', None,
@@ -160,16 +209,11 @@ flags.DEFINE_integer('step_mul', None,
 flags.DEFINE_integer('max_step_mul', 8,
                      'Number of choices of the dynamic step multiplier.')
 
-flags.DEFINE_bool('stop_on_nonfinite', False,
-                  'Stop at the first update with a non-finite loss or '
-                  'gradient (default: skip it, count it and go on).')
-
-# --- Bookkeeping ----------------------------------------------------------------
+FLAG_GROUPS.heading('Checkpoints and progress')
 flags.DEFINE_integer('checkpoint_interval_s', 600, 'Seconds between checkpoints.')
 flags.DEFINE_integer('log_interval_s', 10, 'Seconds between progress lines.')
-flags.DEFINE_integer('test_num_episodes', 10, 'Episodes played by --mode=test.')
 
-# --- PPG, SAC and DDPG -------------------------------------------------------------
+FLAG_GROUPS.heading("PPG, SAC and DDPG (with each algorithm's default)")
 # One flag per field of their configs that the flags above do not cover,
 # defined from the configs themselves so the two never drift apart. Unset
 # (None) means the algorithm's own default.
@@ -181,7 +225,7 @@ SHARED_FIELDS = ('batch_size', 'num_replay', 'unroll_length',
                  'learning_rate', 'clip_grad_norm', 'entropy_cost',
                  'jit_compile')
 # Flags that only IMPALA-CLEAR reads.
-IMPALA_ONLY_FLAGS = ('replay_proportion', 'replay_buffer_size',
+IMPALA_ONLY_FLAGS = ('discount_per', 'replay_proportion', 'replay_buffer_size',
                      'replay_sampling', 'replay_storage',
                      'replay_prefill_unrolls', 'policy_cloning_cost',
                      'value_cloning_cost', 'baseline_cost', 'clip_advantage',
@@ -247,6 +291,7 @@ def _define_algorithm_flags():
 
 
 ALGORITHM_FLAGS = _define_algorithm_flags()
+FLAG_GROUPS.end()
 
 
 class FamilyDefaults(NamedTuple):
@@ -265,6 +310,14 @@ class FamilyDefaults(NamedTuple):
 # atari: IMPALA's Atari settings (RMSProp, decay 0.99, epsilon 0.01); 40M
 # frames let the recurrent agent learn Pong (+18 near 25M, see the README),
 # where 400k would decay the learning rate to 0 before anything is learned.
+# minatar: MinAtar's network (an LSTM of 128 after its 128-unit layer) and
+# its 5M-frame budget. MinAtar's own actor-critic updates on every single
+# transition with bias-corrected RMSProp (decay 0.999) at 2^-11 = 4.9e-4,
+# in effect Adam without momentum; a batch of 32 x 20 steps averages far
+# more noise away, so Adam at a slightly larger 6e-4 (decayed to 0, as in
+# every family). Rewards are small integers: no scaling. 64 envs per actor:
+# one inference call costs about as much for 64 boards as for 32, so the
+# actor's frames per second nearly double.
 FAMILY_DEFAULTS = {
     'gym': FamilyDefaults(step_mul=1, learning_rate=3e-3, reward_scaling=0.1,
                           core_size=64, envs_per_actor=64, optimizer='adam',
@@ -276,6 +329,10 @@ FAMILY_DEFAULTS = {
     'sc2': FamilyDefaults(step_mul=8, learning_rate=3e-4, reward_scaling=1.0,
                           core_size=256, envs_per_actor=1, optimizer='adam',
                           total_environment_frames=40_000_000),
+    'minatar': FamilyDefaults(step_mul=1, learning_rate=6e-4,
+                              reward_scaling=1.0, core_size=128,
+                              envs_per_actor=64, optimizer='adam',
+                              total_environment_frames=5_000_000),
 }
 
 
@@ -434,11 +491,24 @@ def validate(f) -> None:
     problems.append('--init_scope needs --init_from.')
   if f.test_num_episodes < 1:
     problems.append('--test_num_episodes must be >= 1.')
+  if f.record and f.mode != 'test':
+    problems.append('--record applies to --mode=test.')
+  elif f.record and not os.path.isdir(os.path.dirname(
+      os.path.abspath(f.record))):
+    problems.append(f'--record={f.record}: its folder does not exist.')
   if not known_family:
     problems.append(f'--env={f.env!r}: unknown family; use atari:<Game>, '
-                    'sc2:<Map> or gym:<id>.')
+                    'sc2:<Map>, gym:<id> or minatar:<Game>.')
   if problems:
     raise app.UsageError('\n'.join(problems))
+
+
+def discount_per(f) -> str:
+  """--discount_per, else per frame with dynamic multipliers (a step of k
+  frames then lasts k frames of discounting), per step with fixed ones."""
+  if f.discount_per is not None:
+    return f.discount_per
+  return 'step' if f.fixed_step_mul else 'frame'
 
 
 def envs_per_actor(f, learner_config) -> int:
@@ -460,7 +530,9 @@ def config_from_flags(f) -> run_loop.RunConfig:
         batch_size=f.batch_size, num_replay=num_replay,
         unroll_length=f.unroll_length,
         total_environment_frames=total_frames(f),
-        discounting=f.discounting, reward_clipping=f.reward_clipping,
+        discounting=f.discounting, discount_per=discount_per(f),
+        discounting_step_mul=FAMILY_DEFAULTS[env_family(f.env)].step_mul,
+        reward_clipping=f.reward_clipping,
         reward_scaling=family_default(f, 'reward_scaling'),
         baseline_cost=f.baseline_cost,
         entropy_cost=f.entropy_cost,
@@ -496,6 +568,241 @@ def config_from_flags(f) -> run_loop.RunConfig:
       eval_episodes=f.eval_episodes, eval_max_steps=f.eval_max_steps)
 
 
+# --- Settings from a run's run.json -------------------------------------------
+# Test mode and --init_from load a checkpoint whose network must be rebuilt
+# exactly, so they take the env, algorithm and network from the run.json
+# beside it (see clear.checkpoint) instead of the flags' defaults.
+
+# run.json fields that decide the network, each set by the flag of that
+# name: a flag given with another value is refused.
+NETWORK_FIELDS = ('algorithm', 'network', 'core_size', 'separate_critic')
+# Keys of run.json's env_options that `env_options_from_flags` sets, each
+# from the flag of that name. Given with other values (or with --env), they
+# pick another env, allowed when its spaces are the same.
+ENV_OPTION_FLAGS = ('fixed_step_mul', 'step_mul', 'max_step_mul')
+# A task sequence's schedule, taken when the flags are not given.
+SEQUENCE_FIELDS = ('frames_per_task', 'num_task_cycles')
+
+
+class RunSettings(NamedTuple):
+  """What a run's run.json recorded, and which flags asked for another env.
+
+  Attributes:
+    source: the logdir whose run.json was read.
+    env_name, env_options: the env the run was made for.
+    changed_env_flags: {name: value} of the flags among --env and
+      ENV_OPTION_FLAGS given with other values (see `check_env_change`).
+  """
+  source: str
+  env_name: str
+  env_options: dict
+  changed_env_flags: Dict[str, object]
+
+
+def settings_source(f) -> Optional[str]:
+  """Whose run.json decides the env, algorithm and network: test mode's
+  --logdir; with --init_from, the run it starts from (or --logdir, once it
+  holds a checkpoint of its own, which is resumed); else None: the flags."""
+  if f.mode == 'test':
+    return f.logdir
+  if f.init_from:
+    if checkpoint_lib.find_checkpoints(f.logdir):
+      return f.logdir
+    return f.init_from
+  return None
+
+
+def adopt_run_settings(f, saved: dict, source: str) -> RunSettings:
+  """Sets every flag not given to the value `saved` (a run.json) records.
+
+  Args:
+    f: the flag values, changed in place.
+    saved: the run.json's contents.
+    source: the run's logdir, for messages.
+
+  Raises:
+    app.UsageError: naming each flag given with another network.
+  """
+  problems, adopted = [], []
+
+  def take(name, value):
+    if not f[name].present:
+      setattr(f, name, value)
+      adopted.append(f'{name}={value!r}')
+
+  for name in NETWORK_FIELDS:
+    if name not in saved:
+      continue
+    if f[name].present and getattr(f, name) != saved[name]:
+      problems.append(
+          f'--{name}={getattr(f, name)!r}: the run in {source} was made '
+          f'with {name}={saved[name]!r}, and its checkpoint holds that '
+          f'network; leave --{name} out.')
+    take(name, saved[name])
+  env_name = saved.get('env', f.env)
+  env_options = dict(saved.get('env_options') or {})
+  changed = {}
+  if f['env'].present and f.env != env_name:
+    changed['env'] = f.env
+  if 'env' in saved:
+    take('env', env_name)
+  for name in ENV_OPTION_FLAGS:
+    if name in env_options:
+      if f[name].present and getattr(f, name) != env_options[name]:
+        changed[name] = getattr(f, name)
+      take(name, env_options[name])
+  for name in SEQUENCE_FIELDS:
+    if name in saved:
+      take(name, saved[name])
+  if problems:
+    raise app.UsageError('\n'.join(problems))
+  if adopted:
+    logging.info('Settings from %s: %s.',
+                 os.path.join(source, checkpoint_lib.RUN_FILE),
+                 ', '.join(adopted))
+  return RunSettings(source, env_name, env_options, changed)
+
+
+def read_run_settings(f) -> Optional[RunSettings]:
+  """Applies the run.json `settings_source` names, if any (see
+  `adopt_run_settings`).
+
+  Raises:
+    app.UsageError: a flag contradicts the run's network.
+    CheckpointError: test mode without a run to test, or an unreadable
+      run.json.
+  """
+  source = settings_source(f)
+  if source is None:
+    return None
+  saved = checkpoint_lib.read_run_identity(source)
+  run_dir = checkpoint_lib.run_directory(source)
+  path = os.path.join(run_dir, checkpoint_lib.RUN_FILE)
+  if saved is not None:
+    return adopt_run_settings(f, saved, run_dir)
+  if f.mode == 'test' and not checkpoint_lib.find_checkpoints(source):
+    raise checkpoint_lib.CheckpointError(
+        f'--logdir={source} holds no run to test (no run.json, no '
+        'checkpoint): train there first, or point --logdir at a run.')
+  logging.warning('%s is missing: the env, algorithm and network come from '
+                  'the flags.', path)
+  return None
+
+
+def same_spaces(a, b) -> bool:
+  """Whether two `types.EnvSpec`s have the same observations and actions,
+  so that one network plays both."""
+  spaces = lambda spec: (list(spec.observation_spec.items()),
+                         list(spec.action_spec.items()),
+                         tuple(spec.stacked_frames))
+  return spaces(a) == spaces(b)
+
+
+def describe_spaces(spec) -> str:
+  """E.g. 'observations vector [4]; actions action (2 choices)'."""
+  observations = ', '.join(f'{name} {list(s.shape)}' for name, s
+                           in spec.observation_spec.items())
+  actions = ', '.join(
+      f'{name} ({head.num_values} choices)' if hasattr(head, 'num_values')
+      else f'{name} {list(head.shape)}'
+      for name, head in spec.action_spec.items())
+  return f'observations {observations}; actions {actions}'
+
+
+def check_env_change(config: run_loop.RunConfig, settings: RunSettings):
+  """Lets flags pick another env than the run's only when its observation
+  and action spaces are the same (e.g. gym:CartPole-v0 for a gym:CartPole-v1
+  run), and says so in the log.
+
+  Raises:
+    app.UsageError: naming the flags, when the spaces differ.
+  """
+  if not settings.changed_env_flags:
+    return
+  given = ' '.join(f'--{name}={value}' for name, value
+                   in settings.changed_env_flags.items())
+  given_names = ' '.join(f'--{name}' for name in settings.changed_env_flags)
+  same_options = config.env_options == settings.env_options
+  describe = lambda name, options: name if same_options else (
+      f'{name} with ' + ', '.join(f'{k}={v}' for k, v in
+                                  sorted(options.items())))
+  ours = describe(config.env_name, config.env_options)
+  theirs = describe(settings.env_name, settings.env_options)
+  spec = run_loop.env_spec(config)
+  saved_spec = run_loop.env_spec(config._replace(
+      env_name=settings.env_name, env_options=settings.env_options))
+  if same_spaces(spec, saved_spec):
+    logging.warning('%s: using %s, not %s that the run in %s was made with '
+                    '(the observation and action spaces are the same).',
+                    given, ours, theirs, settings.source)
+    return
+  raise app.UsageError(
+      f'{given}: the run in {settings.source} was made with {theirs} '
+      f'({describe_spaces(saved_spec)}); {ours} has '
+      f'{describe_spaces(spec)}, which its network cannot play. Leave '
+      f'{given_names} out to use the run\'s env.')
+
+
+def logdir_problem(logdir: str, create: bool) -> Optional[str]:
+  """Why files cannot be written in `logdir` (and its `checkpoints/`
+  folder, if there is one), or None.
+
+  Args:
+    logdir: the folder.
+    create: make it and its parents when missing (else a missing folder is
+      a problem).
+  """
+  path = os.path.abspath(logdir)
+  while True:  # A file where a folder should be.
+    if os.path.lexists(path) and not os.path.isdir(path):
+      return f'{path} is a file, not a folder'
+    parent = os.path.dirname(path)
+    if parent == path:
+      break
+    path = parent
+  try:
+    if create:
+      os.makedirs(logdir, exist_ok=True)
+    for folder in (logdir, os.path.join(logdir, 'checkpoints')):
+      if folder == logdir or os.path.isdir(folder):
+        with tempfile.TemporaryFile(dir=folder):
+          pass
+  except OSError as e:
+    return f'{e.strerror or type(e).__name__}: {e.filename or logdir}'
+  return None
+
+
+def run_test(config: run_loop.RunConfig, num_episodes: int,
+             record_path: str = '') -> int:
+  """Test mode: plays the episodes, prints the results, then writes them to
+  test_results.json; the printed results stay if the write fails. With
+  `record_path`, one more episode is then written there as a GIF."""
+  if record_path:  # Before the episodes: an env with no picture fails now.
+    record_lib.image_key(run_loop.env_spec(config))
+  problem = logdir_problem(config.logdir, create=False)
+  if problem:
+    logging.warning('%s cannot be written (%s): the results will only be '
+                    'printed.', run_loop.TEST_RESULTS_FILE, problem)
+  summary = run_loop.evaluate(config, num_episodes)
+  print(json.dumps({k: v for k, v in summary.items() if k != 'returns'},
+                   indent=2), flush=True)
+  try:
+    path = run_loop.write_test_results(config.logdir, summary)
+  except OSError as e:
+    print(f'warning: the results above were not written to '
+          f'{os.path.join(config.logdir, run_loop.TEST_RESULTS_FILE)} '
+          f'({e.strerror or e}).', file=sys.stderr)
+  else:
+    logging.info('Test results written to %s.', path)
+  if record_path:
+    recording = run_loop.record_episode(config, record_path)
+    print(f'Recorded {recording.num_frames} frames (return '
+          f'{recording.episode_return:g}'
+          f'{"" if recording.finished else ", cut at --eval_max_steps"}) '
+          f'to {recording.path}.', flush=True)
+  return 0
+
+
 class StopSignal:
   """Turns SIGTERM / SIGINT into a polite stop request."""
 
@@ -516,29 +823,50 @@ class StopSignal:
     return self.signum is not None
 
 
-def main(argv):
+def _main(argv) -> int:
   if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])} '
+                         '(flags start with --).')
+  settings = read_run_settings(FLAGS)
   validate(FLAGS)
-  py_logging.getLogger().setLevel(py_logging.INFO)
   config = config_from_flags(FLAGS)
-  try:
-    if FLAGS.mode == 'test':
-      summary = run_loop.evaluate(config, FLAGS.test_num_episodes)
-      print(json.dumps({k: v for k, v in summary.items() if k != 'returns'},
-                       indent=2))
-      return 0
-    stop = StopSignal()
-    result = run_loop.train(config, stop_requested=stop)
-  except (ValueError, RuntimeError) as e:  # Bad env, checkpoint, no SC2...
-    logging.error('%s', e)
-    print(f'error: {e}', file=sys.stderr)
-    return 2
+  if settings is not None:
+    # Options run.json holds that no flag sets stay as they were.
+    kept = {k: v for k, v in settings.env_options.items()
+            if k not in ENV_OPTION_FLAGS}
+    config = config._replace(env_options={**kept, **config.env_options})
+    check_env_change(config, settings)
+  if FLAGS.mode == 'test':
+    return run_test(config, FLAGS.test_num_episodes, FLAGS.record)
+  problem = logdir_problem(FLAGS.logdir, create=True)
+  if problem:
+    raise ValueError(f'--logdir={FLAGS.logdir}: cannot write there '
+                     f'({problem}). Choose another --logdir.')
+  stop = StopSignal()
+  result = run_loop.train(config, stop_requested=stop)
   logging.info('Done: %s', result._asdict())
   if result.stopped_early and stop.signum is not None:
     return 128 + stop.signum
   return 0
 
 
+def main(argv):
+  """Runs the binary; every expected failure ends in one message."""
+  signal.signal(signal.SIGINT, signal.default_int_handler)
+  py_logging.getLogger().setLevel(py_logging.INFO)
+  try:
+    return _main(argv)
+  except app.UsageError as e:
+    flag_help.print_flag_error(str(e), PROGRAM)
+    return flag_help.USAGE_EXIT_CODE
+  except KeyboardInterrupt:  # Before the run's own handler, or a second one.
+    print('Interrupted.', file=sys.stderr)
+    return 128 + signal.SIGINT
+  except (ValueError, RuntimeError, OSError) as e:  # Files, env, no SC2...
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+
+
 if __name__ == '__main__':
-  app.run(main)
+  flag_help.install_help_flags(FLAGS, __doc__, FLAG_GROUPS)
+  app.run(main, flags_parser=flag_help.parse_flags_or_exit(FLAGS, PROGRAM))

@@ -107,10 +107,14 @@ class EnvSpec(NamedTuple):
     action_spec: ordered dict name -> `DiscreteSpec` or `ContinuousSpec`.
       A dynamic step multiplier appears as the `'step_mul'` DiscreteSpec.
     name: the `envs.make` name, e.g. 'atari:Pong'.
+    stacked_frames: names of observation entries that are frame stacks:
+      uint8 `[H, W, K]`, the last K frames on the last axis, oldest first
+      (Atari's `frame`). Replay stores each of their frames once per unroll.
   """
   observation_spec: collections.OrderedDict
   action_spec: collections.OrderedDict
   name: str = ''
+  stacked_frames: Tuple[str, ...] = ()
 
 
 STEP_MUL_KEY = 'step_mul'

@@ -1,4 +1,4 @@
-"""Environments for clear: Atari (ALE), gymnasium and StarCraft II.
+"""Environments for clear: Atari (ALE), gymnasium, MinAtar and StarCraft II.
 
 `envs.make('atari:Pong', num_envs=8, seed=0)` returns a batched,
 auto-resetting environment whose `reset`/`step` return

@@ -151,7 +151,8 @@ class AtariEnv(single.SingleEnv):
             frame=types.ArraySpec(
                 (FRAME_SIZE, FRAME_SIZE, self._frame_stack), np.uint8)),
         action_spec=self._step_mul.extend_action_spec(action_spec),
-        name=f'atari:{_camel_case(self._game)}')
+        name=f'atari:{_camel_case(self._game)}',
+        stacked_frames=('frame',) if self._frame_stack > 1 else ())
 
   @property
   def spec(self) -> types.EnvSpec:

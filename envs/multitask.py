@@ -1,16 +1,19 @@
 """Task sequences for continual learning: several games behind one spec.
 
 A sequence name joins `envs.make` names with commas, e.g.
-`atari:Pong,atari:Breakout,atari:SpaceInvaders` or
-`gym:CartPole-v1,gym:Acrobot-v1` (a name may repeat). All tasks belong to
+`atari:Pong,atari:Breakout,atari:SpaceInvaders`,
+`gym:CartPole-v1,gym:Acrobot-v1` or `minatar:Breakout,minatar:Freeway`
+(a name may repeat). All tasks belong to
 one family. `make(name, num_envs, seed, task=i, **options)` builds the
 active task `i` (the family's own envs, options passed on unchanged) behind
 the *union spec* of the whole sequence, so that one agent can be trained on
 every task in turn without changing shape:
 
-  * observations: the same keys in every task; rank-1 entries of different
-    sizes are zero-padded at the end to the largest size (gym: `vector`
-    `[max D]`); other entries must agree (Atari: `frame` `[84, 84, k]`);
+  * observations: the same keys in every task; entries of one rank whose
+    last axis alone differs are zero-padded at the end of that axis to the
+    largest size (gym: `vector` `[max D]`; MinAtar: `board`
+    `[10, 10, max C]`, so a game's channels come first and the rest stay
+    0); other entries must agree (Atari: `frame` `[84, 84, k]`);
   * actions: the `action` head is a `DiscreteSpec` over the union of the
     tasks' action sets with `mask_key='action_mask'`, and the observation
     gains `action_mask`: float32 `[num_union_actions]`, 1 where the active
@@ -19,7 +22,10 @@ every task in turn without changing shape:
     union of the games' action sets (the minimal ones unless
     `full_action_space`) in ALE action ids, ascending, each mapped back to
     the game's own index; gym (Discrete spaces only):
-    `range(max n)`, with actions `>= n` masked for a task of `n` actions.
+    `range(max n)`, with actions `>= n` masked for a task of `n` actions;
+    a task env with an `action_ids` attribute (MinAtar) names its actions'
+    ids itself (MinAtar's full set: the same 6 in every game, nothing
+    masked; minimal sets: their union).
     Every other head (a dynamic `step_mul`) must agree across tasks. An
     unavailable (masked) union action is an error: agents mask them;
   * sc2: every map has the same spec for given options (its `function`
@@ -94,7 +100,8 @@ def check_sequence(name: str) -> str:
   if len(set(families)) > 1:
     raise ValueError(f'Task sequence {name!r} mixes environment families '
                      f'{sorted(set(families))}; all tasks must be of one '
-                     f'family (all atari, all gym or all sc2).')
+                     f'family (all atari, all gym, all minatar or all '
+                     f'sc2).')
   return families[0]
 
 
@@ -107,8 +114,8 @@ class TaskLayout(NamedTuple):
       -1 where the task lacks the action; None when the spec has no
       `action` head to merge (sc2).
     action_mask: bool `[U]`, `action_map >= 0`; None like `action_map`.
-    sizes: dict observation key -> the task's own size, for the rank-1
-      entries that are zero-padded in the union.
+    sizes: dict observation key -> the task's own size of the last axis,
+      for the entries that are zero-padded (along it) in the union.
   """
   name: str
   action_map: Optional[np.ndarray]
@@ -159,13 +166,14 @@ def union_spec(name: str, task_names: Sequence[str],
       shapes.add(tuple(other.shape))
     if len(shapes) == 1:
       observation_spec[key] = spec
-    elif all(len(s) == 1 for s in shapes):
-      observation_spec[key] = types.ArraySpec((max(s[0] for s in shapes),),
-                                              spec.dtype)
+    elif len({s[:-1] for s in shapes}) == 1 and all(s for s in shapes):
+      lead = next(iter(shapes))[:-1]
+      observation_spec[key] = types.ArraySpec(
+          lead + (max(s[-1] for s in shapes),), spec.dtype)
       padded.add(key)
     else:
-      fail(f'observation {key!r} has shapes {sorted(shapes)}; only rank-1 '
-           f'entries of different sizes can be padded.')
+      fail(f'observation {key!r} has shapes {sorted(shapes)}; only entries '
+           f'that differ in their last axis alone can be padded.')
 
   action_spec = collections.OrderedDict()
   for key, head in first.action_spec.items():
@@ -205,10 +213,14 @@ def union_spec(name: str, task_names: Sequence[str],
       own = {action_id: k for k, action_id in enumerate(ids)}
       action_map = np.array([own.get(a, -1) for a in union], np.int64)
       action_mask = action_map >= 0
-    sizes = {key: int(task_spec.observation_spec[key].shape[0])
+    sizes = {key: int(task_spec.observation_spec[key].shape[-1])
              for key in padded}
     layouts.append(TaskLayout(task_name, action_map, action_mask, sizes))
-  return types.EnvSpec(observation_spec, action_spec, name), layouts
+  # A frame stack stays one when every task stacks it and none is padded.
+  stacked = tuple(key for key in first.stacked_frames if key not in padded and
+                  all(key in s.stacked_frames for s in specs))
+  return types.EnvSpec(observation_spec, action_spec, name,
+                       stacked), layouts
 
 
 class MultiTaskEnv(single.SingleEnv):
@@ -286,7 +298,7 @@ class MultiTaskEnv(single.SingleEnv):
       if key == MASK_KEY and self._mask is not None:
         out[key] = self._mask
       elif key in self._buffers:
-        self._buffers[key][:self._layout.sizes[key]] = observation[key]
+        self._buffers[key][..., :self._layout.sizes[key]] = observation[key]
         out[key] = self._buffers[key]
       else:
         out[key] = observation[key]
@@ -367,6 +379,13 @@ def _action_ids(family: str, env, spec: types.EnvSpec,
     ids = [int(a.value) for a in actions]
     if len(ids) != head.num_values:
       raise ValueError(f'{spec.name}: {len(ids)} ALE actions but an action '
+                       f'head of {head.num_values}.')
+    return ids
+  own_ids = getattr(env, 'action_ids', None)
+  if own_ids is not None:
+    ids = [int(i) for i in own_ids]
+    if len(ids) != head.num_values:
+      raise ValueError(f'{spec.name}: {len(ids)} action ids but an action '
                        f'head of {head.num_values}.')
     return ids
   return list(range(head.num_values))

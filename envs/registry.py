@@ -1,9 +1,9 @@
 """`make(name, num_envs, seed, **options)`: the one way to build an env.
 
 Names are `<family>:<game>`: `atari:Pong`, `gym:CartPole-v1`,
-`sc2:MoveToBeacon`. Each family module (imported lazily, so Atari users
-never import pysc2) provides `DEFAULT_OPTIONS`, `check_game(game)` and
-`make(game, seed, **options) -> SingleEnv`.
+`minatar:Breakout`, `sc2:MoveToBeacon`. Each family module (imported
+lazily, so Atari users never import pysc2) provides `DEFAULT_OPTIONS`,
+`check_game(game)` and `make(game, seed, **options) -> SingleEnv`.
 
 Families whose game runs in another process (sc2) also provide
 `CRASH_EXCEPTIONS`; `make` then wraps each env in
@@ -27,6 +27,7 @@ from envs import recovery
 _FAMILIES = {
     'atari': 'envs.atari',
     'gym': 'envs.gym_env',
+    'minatar': 'envs.minatar',
     'sc2': 'envs.sc2',
 }
 
@@ -55,7 +56,8 @@ def parse_name(name: str):
     raise ValueError(f'Unknown environment name {name!r}: expected '
                      f'"<prefix>:<game>" with prefix one of '
                      f'{sorted(_FAMILIES)}, e.g. "atari:Pong", '
-                     f'"gym:CartPole-v1", "sc2:MoveToBeacon".')
+                     f'"gym:CartPole-v1", "minatar:Breakout", '
+                     f'"sc2:MoveToBeacon".')
   return family, game, importlib.import_module(_FAMILIES[family])
 
 
@@ -64,8 +66,9 @@ def make(name: str, num_envs: int = 1, seed: int = 0,
   """Builds `num_envs` environments (seeds seed, seed + 1, ...), batched.
 
   Args:
-    name: '<family>:<game>', family one of 'atari', 'gym', 'sc2'; or a
-      comma-separated task sequence of such names (see `envs.multitask`).
+    name: '<family>:<game>', family one of 'atari', 'gym', 'minatar',
+      'sc2'; or a comma-separated task sequence of such names (see
+      `envs.multitask`).
     num_envs: batch size B.
     seed: seed of the first environment.
     **options: family options (see each family's `DEFAULT_OPTIONS`) and

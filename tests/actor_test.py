@@ -8,11 +8,13 @@ import time
 import numpy as np
 import psutil
 import pytest
+import tree
 
 import envs
 from clear import actor as actor_lib
 from clear import algorithms
 from clear import actor_pool
+from clear import learner as learner_lib
 from clear import policy as policy_lib
 from clear import types
 
@@ -104,6 +106,44 @@ def test_agent_state_at_unroll_start_reproduces_the_behaviour():
                              atol=1e-5)
   np.testing.assert_allclose(outputs.baseline[:-1],
                              unroll.agent_outputs.baseline[1:], atol=1e-5)
+
+
+def test_learner_reunroll_matches_the_actor_at_atari_scale():
+  """Real Pong frames through the Atari agent (IMPALA shallow torso, LSTM
+  256), with episode ends inside unrolls (short episodes) and one unroll
+  of an earlier collect in the batch as a replayed column: with the actor's
+  weights, the learner's re-unrolled logits and baselines equal the
+  actor's, so every log-rho of the batch is 0."""
+  env = envs.make('atari:Pong', num_envs=2, seed=3, max_episode_frames=160)
+  policy = algorithms.make_policy(
+      'impala', env.spec, policy_lib.AgentConfig('impala_shallow', 256),
+      seed=1)
+  assert policy.agent.env_spec.observation_spec['frame'].shape == (84, 84, 4)
+  actor = actor_lib.Actor(env, policy, unroll_length=20)
+  unrolls = [actor.collect().unroll for _ in range(4)]
+  env.close()
+  dones = np.stack([u.env_outputs.done[1:-1] for u in unrolls])
+  assert dones.any(), 'no episode end inside an unroll'
+  # Columns of an earlier collect (replayed) beside the newest (fresh).
+  old, new = unrolls[0], unrolls[3]
+  in_time = lambda a, b: np.concatenate([a, b], axis=1)
+  batch = types.Unroll(
+      tree.map_structure(lambda a, b: np.concatenate([a, b]),
+                         old.agent_state, new.agent_state),
+      tree.map_structure(in_time, old.env_outputs, new.env_outputs),
+      tree.map_structure(in_time, old.agent_outputs, new.agent_outputs))
+  agent = policy.agent
+  outputs, _ = agent.unroll(batch.agent_outputs.action, batch.env_outputs,
+                            batch.agent_state)
+  np.testing.assert_allclose(outputs.logits['action'][:-1],
+                             batch.agent_outputs.logits['action'][1:],
+                             atol=2e-5)
+  np.testing.assert_allclose(outputs.baseline[:-1],
+                             batch.agent_outputs.baseline[1:], atol=2e-5)
+  learner = learner_lib.ImpalaClearLearner(agent, learner_lib.LearnerConfig(
+      batch_size=4, num_replay=2, unroll_length=20))
+  _, metrics = learner._grads_fn(batch)  # pylint: disable=protected-access
+  assert abs(float(metrics['policy/mean_log_rho'])) < 1e-5
 
 
 def test_finished_episodes_are_reported():

@@ -4,9 +4,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import agents
+import envs
 from agents import initializers
 from agents import testing
 from agents import torsos
+from clear import types
 
 N = 4
 
@@ -82,3 +85,58 @@ def test_seeded_initializer_is_reproducible():
   np.testing.assert_array_equal(a, b)
   assert np.any(a.numpy() != c.numpy())
   assert np.all(np.abs(a) <= 2. / np.sqrt(5) + 1e-6)  # truncated at 2 std
+
+
+def _minatar_spec(channels):
+  return types.EnvSpec(
+      {'board': types.ArraySpec((10, 10, channels), np.bool_)},
+      {'action': types.DiscreteSpec(6)}, 'minatar:Test')
+
+
+def test_minatar_torso_matches_a_numpy_convolution():
+  spec = _minatar_spec(4)
+  torso = torsos.MinAtarTorso(spec.observation_spec, _w_init())
+  board = np.random.default_rng(0).random((N, 10, 10, 4)) < 0.3
+  out = torso({'board': board})
+  assert out.features.shape == [N, 128] and out.spatial == {}
+  variables = {v.name.split('/', 1)[1]: v.numpy()
+               for v in torso.trainable_variables}
+  w, b = variables['conv/w:0'], variables['conv/b:0']
+  assert w.shape == (3, 3, 4, 16)
+  assert variables['linear/w:0'].shape == (8 * 8 * 16, 128)
+  # Unpadded ('VALID') 3x3 convolution, written out: 10x10 -> 8x8.
+  x = board.astype(np.float64)  # bool cells are 0 / 1, not / 255.
+  conv = np.zeros((N, 8, 8, 16))
+  for i in range(8):
+    for j in range(8):
+      conv[:, i, j] = np.einsum('nhwc,hwck->nk', x[:, i:i + 3, j:j + 3], w)
+  hidden = np.maximum(conv + b, 0).reshape(N, -1)
+  expected = np.maximum(hidden @ variables['linear/w:0'] +
+                        variables['linear/b:0'], 0)
+  np.testing.assert_allclose(out.features, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('game,channels', [
+    ('Asterix', 4), ('Breakout', 4), ('Freeway', 7), ('Seaquest', 10),
+    ('SpaceInvaders', 6)])
+def test_auto_picks_the_minatar_torso_for_minatar_boards(game, channels):
+  env = envs.make(f'minatar:{game}', num_envs=2)
+  assert env.spec.observation_spec['board'].shape == (10, 10, channels)
+  assert agents.resolve_network(env.spec, 'auto') == 'minatar'
+  agent = agents.make_agent(env.spec, core_size=128, seed=0)
+  shapes = {v.name.split('/', 1)[1]: v.shape.as_list()
+            for v in agent.trainable_variables}
+  assert shapes['torso/conv/w:0'] == [3, 3, channels, 16]
+  assert shapes['torso/linear/w:0'] == [8 * 8 * 16, 128]
+  output, _ = agent.step(env.reset(), {'action': np.zeros([2], np.int32)},
+                         agent.initial_state(2))
+  assert output.logits['action'].shape == [2, 6]
+
+
+def test_auto_keeps_impala_shallow_for_atari_frames():
+  assert agents.resolve_network(testing.atari_spec(), 'auto') == (
+      'impala_shallow')
+  with pytest.raises(ValueError, match='at least 3x3'):
+    agents.resolve_network(types.EnvSpec(
+        {'board': types.ArraySpec((2, 2, 1), np.bool_)},
+        {'action': types.DiscreteSpec(2)}), 'minatar')

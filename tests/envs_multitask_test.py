@@ -179,7 +179,7 @@ def test_union_spec_rejects_different_observations():
                          [[0, 1], [0, 1]])
   c = types.EnvSpec({'vector': types.ArraySpec((2, 2), np.float32)},
                     {'action': types.DiscreteSpec(2)}, 'gym:C')
-  with pytest.raises(ValueError, match='only rank-1'):
+  with pytest.raises(ValueError, match='differ in their last axis alone'):
     multitask.union_spec('gym:A,gym:C', ['gym:A', 'gym:C'], [a, c],
                          [[0, 1], [0, 1]])
 

@@ -16,7 +16,7 @@ def test_unknown_prefix_lists_prefixes(name):
     envs.make(name)
   message = str(info.value)
   assert repr(name) in message
-  for prefix in ('atari', 'gym', 'sc2'):
+  for prefix in ('atari', 'gym', 'minatar', 'sc2'):
     assert repr(prefix) in message
 
 
@@ -31,7 +31,8 @@ def test_unknown_game_suggests_close_names(name, close):
   assert repr(close) in str(info.value)
 
 
-@pytest.mark.parametrize('name', ['atari:Pong', 'gym:CartPole-v1'])
+@pytest.mark.parametrize('name', ['atari:Pong', 'gym:CartPole-v1',
+                                  'minatar:Breakout'])
 def test_unknown_options_are_named(name):
   with pytest.raises(ValueError) as info:
     envs.make(name, frame_skip=4, colour=True)
@@ -51,6 +52,14 @@ def test_seeds_and_num_envs():
   assert env.num_envs == 3
   with pytest.raises(ValueError, match='num_envs'):
     envs.make('gym:CartPole-v1', num_envs=0)
+
+
+def test_minatar_games_are_named_and_listed():
+  assert envs.make('minatar:Seaquest').spec.name == 'minatar:Seaquest'
+  with pytest.raises(ValueError, match='Unknown MinAtar game') as info:
+    envs.make('minatar:Pong')
+  assert ('Asterix, Breakout, Freeway, Seaquest, SpaceInvaders' in
+          str(info.value))
 
 
 def test_atari_does_not_import_pysc2():

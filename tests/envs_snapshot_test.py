@@ -36,6 +36,9 @@ def _equal(a, b):
     ('atari:Pong', {'repeat_action_probability': 0.25, 'noop_max': 5}),
     ('atari:Breakout', {'terminal_on_life_loss': True,
                         'max_episode_frames': 400}),
+    ('minatar:SpaceInvaders', {}),
+    ('minatar:Freeway', {'max_episode_frames': 40}),
+    ('minatar:Breakout,minatar:Seaquest', {'task': 1}),
 ])
 def test_a_restored_env_continues_exactly(tmp_path, name, options):
   # `copy` and `original` play different actions first, so nothing but the

@@ -9,7 +9,9 @@ import pytest
 import tensorflow as tf
 import tree
 
+import envs
 from agents import testing
+from agents import torsos
 from clear import checkpoint as checkpoint_lib
 from clear import policy as policy_lib
 from clear import ppg
@@ -392,6 +394,26 @@ def test_act_matches_zero_agent_output(spec):
     policy.learn(_batch(spec, 2, 5, rng))
 
 
+def test_minatar_boards_get_the_minatar_torso_and_act():
+  # `--network=auto` resolves a 10x10 board to 'minatar'; both networks must
+  # then be MinAtar's conv 3x3 (10x10 -> 8x8, 16 channels) and linear layer
+  # of core_size units, not the FullyConv fallback.
+  env = envs.make('minatar:Breakout', num_envs=3, seed=0)
+  policy = ppg.PPGPolicy(env.spec, policy_lib.AgentConfig('auto', 16), seed=0)
+  for network in (policy.agent.policy_network, policy.agent.value_network):
+    assert isinstance(network.torso, torsos.MinAtarTorso)
+    shapes = sorted(tuple(v.shape) for v in network.torso.trainable_variables)
+    assert shapes == sorted([(3, 3, 4, 16), (16,), (8 * 8 * 16, 16), (16,)])
+  env_output = env.reset()
+  for _ in range(3):
+    output, _ = policy.act(env_output, None, {})
+    assert output.action['action'].shape == (3,)
+    assert np.all((output.action['action'] >= 0) &
+                  (output.action['action'] < 6))
+    assert np.all(np.isfinite(output.baseline))
+    env_output = env.step(output.action)
+
+
 def test_rejects_continuous_actions():
   spec = types.EnvSpec(
       collections.OrderedDict(vector=types.ArraySpec((3,), np.float32)),
@@ -414,6 +436,36 @@ def test_weights_move_from_learner_to_actor():
     np.testing.assert_array_equal(a, b)
   with pytest.raises(ValueError, match='set_weights: got 1 arrays'):
     actor.set_weights(weights[:1])
+
+
+def test_target_kl_freezes_only_the_policy_for_the_rest_of_the_phase(eager):
+  """After one step the policy is past a tiny KL limit: it sits out the
+  other 7 minibatch steps, while the value network takes all 8, exactly as
+  without a limit (its updates do not depend on the policy)."""
+  spec = testing.control_spec()
+  batch = _batch(spec, 6, 4, np.random.default_rng(5))
+  runs = {}
+  for target_kl in (0.0, 1e-6):
+    policy = ppg.PPGPolicy(spec, _AGENT, _config(
+        num_minibatches=8, target_kl=target_kl, learning_rate=1e-2), seed=0)
+    before = [v.numpy().copy()
+              for v in policy.agent.policy_network.trainable_variables]
+    stats = policy.learn(batch)
+    runs[target_kl] = (stats, before, policy)
+  free, limited = runs[0.0], runs[1e-6]
+  assert free[0]['policy/kl_stopped'] == 0.0
+  np.testing.assert_allclose(limited[0]['policy/kl_stopped'], 7 / 8)
+  assert limited[0]['num_gradient_steps'] == 8 and not limited[0]['skipped']
+  moved = lambda run: [not np.array_equal(b, v.numpy()) for b, v in zip(
+      run[1], run[2].agent.policy_network.trainable_variables)]
+  assert any(moved(limited)) and any(moved(free))  # The first step counts.
+  # One step against eight: not the same policy.
+  assert any(not np.allclose(a.numpy(), b.numpy()) for a, b in zip(
+      free[2].agent.policy_network.trainable_variables,
+      limited[2].agent.policy_network.trainable_variables))
+  for a, b in zip(free[2].agent.value_network.trainable_variables,
+                  limited[2].agent.value_network.trainable_variables):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def _probability_of_action_zero(policy, spec, rng):

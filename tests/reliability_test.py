@@ -1,4 +1,5 @@
-"""Fault-injection tests of the real binary: kills, shutdown, crafted files."""
+"""Fault-injection tests of the real binary: kills, shutdown, crafted and
+corrupt files, interrupts while starting up."""
 
 import glob
 import json
@@ -6,6 +7,7 @@ import os
 import pickle
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,7 +15,14 @@ import time
 
 import numpy as np
 import psutil
+import pytest
 import tensorflow as tf
+from absl import flags
+from absl.testing import flagsaver
+
+from clear import checkpoint as checkpoint_lib
+from clear import run_loop
+from clear import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -57,6 +66,7 @@ def saved_counter(logdir, name):
   return int(reader.get_tensor(f'{name}/.ATTRIBUTES/VARIABLE_VALUE')), path
 
 
+@pytest.mark.slow  # Minutes on 2 cores: run by .ci/run's slow step.
 def test_sigkill_during_checkpoints_leaves_the_latest_readable(tmp_path):
   logdir = str(tmp_path)
   args = ['--logdir=' + logdir, '--checkpoint_interval_s=1',
@@ -115,6 +125,7 @@ class _MarkerWriterForTest:
     return (open, (self.path, 'w'))
 
 
+@pytest.mark.slow  # Minutes on 2 cores: run by .ci/run's slow step.
 def test_crafted_pickles_in_the_logdir_are_never_loaded(tmp_path):
   logdir = str(tmp_path / 'run')
   marker = str(tmp_path / 'UNPICKLED')
@@ -146,6 +157,139 @@ def test_crafted_pickles_in_the_logdir_are_never_loaded(tmp_path):
   assert not os.path.exists(marker)
 
 
+# --- Broken files and early interrupts ---------------------------------------
+
+
+def run_binary(*args, timeout=240):
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='2')
+  return subprocess.run([sys.executable, '-m', 'clear.train', *args],
+                        cwd=ROOT, env=env, timeout=timeout,
+                        capture_output=True, text=True)
+
+
+# A tiny run that the default flags (gym:CartPole-v1, LSTM 64) would not
+# restore: test mode has to rebuild it from its run.json.
+RUN_FLAGS = ('--env=gym:CartPole-v0', '--core_size=16', '--backend=inline',
+             '--envs_per_actor=4', '--batch_size=4', '--unroll_length=5')
+
+
+@pytest.fixture(scope='module')
+def two_checkpoint_run(tmp_path_factory):
+  """A run with checkpoints 1 and 2, made as the binary makes it."""
+  logdir = str(tmp_path_factory.mktemp('two_checkpoints'))
+  with flagsaver.flagsaver():
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', f'--logdir={logdir}', *RUN_FLAGS])
+    train.validate(flags.FLAGS)
+    config = train.config_from_flags(flags.FLAGS)
+  for _ in range(2):
+    run_loop.train(config, max_updates=2)
+  return logdir
+
+
+def copy_of(logdir, tmp_path):
+  copy = str(tmp_path / 'run')
+  shutil.copytree(logdir, copy)
+  return copy
+
+
+def test_a_corrupt_newest_checkpoint_is_skipped_with_a_warning(
+    two_checkpoint_run, tmp_path):
+  logdir = copy_of(two_checkpoint_run, tmp_path)
+  checkpoints = os.path.join(logdir, 'checkpoints')
+  data = os.path.join(checkpoints, 'ckpt-2.data-00000-of-00001')
+  with open(data, 'r+b') as f:
+    f.truncate(os.path.getsize(data) // 2)
+  os.mkdir(os.path.join(logdir, 'test_results.json'))  # Cannot be written.
+  warning = ('Skipping unreadable checkpoint in {}: ckpt-2 (with state-2): '
+             'IndexError: Read less bytes than requested. Restoring ckpt-1 '
+             '(with state-1) instead.').format(checkpoints)
+  # Test mode plays with checkpoint 1, on the env and network of run.json,
+  # and prints its results although it cannot write them.
+  result = run_binary('--mode=test', f'--logdir={logdir}',
+                      '--test_num_episodes=2')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  assert warning in result.stderr
+  printed = json.loads(result.stdout)
+  assert printed['checkpoint'] == os.path.join(checkpoints, 'ckpt-1')
+  assert printed['env'] == 'gym:CartPole-v0' and printed['num_episodes'] == 2
+  assert 'warning: the results above were not written to' in result.stderr
+  # Training resumes from checkpoint 1 and its replay, and the next
+  # checkpoint replaces the bad one.
+  frames = int(tf.train.load_checkpoint(os.path.join(
+      checkpoints, 'ckpt-1')).get_tensor(
+          'num_env_frames/.ATTRIBUTES/VARIABLE_VALUE'))
+  result = run_binary(f'--logdir={logdir}', *RUN_FLAGS,
+                      f'--total_environment_frames={frames + 40}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  assert warning in result.stderr
+  assert f'Resuming at {frames} frames' in result.stderr
+  assert re.search(r'Restored \d+ replayed unrolls .* from '
+                   + re.escape(os.path.join(checkpoints, 'state-1')),
+                   result.stderr), result.stderr[-3000:]
+  assert checkpoint_lib.unreadable_reason(
+      os.path.join(checkpoints, 'ckpt-2')) is None
+
+
+def test_no_readable_checkpoint_is_one_message(two_checkpoint_run, tmp_path):
+  logdir = copy_of(two_checkpoint_run, tmp_path)
+  checkpoints = os.path.join(logdir, 'checkpoints')
+  for path in glob.glob(os.path.join(checkpoints, '*.index')):
+    os.remove(path)
+  before = sorted(os.listdir(checkpoints))
+  result = run_binary(f'--logdir={logdir}', *RUN_FLAGS)
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  errors = [l for l in result.stderr.splitlines() if l.startswith('error:')]
+  assert len(errors) == 1, result.stderr[-3000:]
+  assert errors[0].startswith(f'error: No checkpoint in {checkpoints} can be '
+                              'read (ckpt-2 (with state-2): ckpt-2.index is '
+                              'missing; ckpt-1 (with state-1): ckpt-1.index '
+                              'is missing).')
+  assert 'backup' in errors[0] and '--logdir' in errors[0]
+  assert sorted(os.listdir(checkpoints)) == before  # Nothing written over.
+
+
+def start_in_own_group(*args):
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='2')
+  return subprocess.Popen(
+      [sys.executable, '-m', 'clear.train', *args], cwd=ROOT, env=env,
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+      start_new_session=True)
+
+
+def test_ctrl_c_while_starting_up_exits_quietly(tmp_path):
+  # A terminal's Ctrl-C reaches every process of the group. First while
+  # the program is still loading TensorFlow.
+  process = start_in_own_group(f'--logdir={tmp_path / "a"}')
+  time.sleep(0.5)
+  os.killpg(process.pid, signal.SIGINT)
+  output, _ = process.communicate(timeout=120)
+  assert process.returncode == 130, output[-3000:]
+  assert 'Interrupted' in output
+  assert 'Traceback' not in output and 'KeyboardInterrupt' not in output
+  # Then while its actor process is starting up (itself loading
+  # TensorFlow): the actor exits quietly, the learner writes a checkpoint.
+  process = start_in_own_group(f'--logdir={tmp_path / "b"}', '--num_actors=1',
+                               '--envs_per_actor=4')
+  deadline = time.time() + 180
+  actors = []
+  while not actors:
+    assert time.time() < deadline and process.poll() is None
+    actors = [c for c in descendants(process)
+              if 'spawn_main' in ' '.join(c.cmdline())]
+    time.sleep(0.02)
+  time.sleep(0.2)  # The start has returned; the actor is importing.
+  os.killpg(process.pid, signal.SIGINT)
+  output, _ = process.communicate(timeout=180)
+  assert process.returncode == 130, output[-3000:]
+  assert 'Signal 2: stopping' in output and 'Saved checkpoint' in output
+  assert 'Traceback' not in output and 'KeyboardInterrupt' not in output
+  assert not wait_gone(actors)
+
+
 # --- Environment crashes, through the whole runtime ---------------------------
 
 from envs import pysc2_compat  # pylint: disable=g-bad-import-order,unused-import,g-import-not-at-top
@@ -155,7 +299,6 @@ from pysc2.lib import protocol  # pylint: disable=g-import-not-at-top
 from clear import actor_pool  # pylint: disable=g-import-not-at-top
 from clear import learner as learner_lib  # pylint: disable=g-import-not-at-top
 from clear import policy as policy_lib  # pylint: disable=g-import-not-at-top
-from clear import run_loop  # pylint: disable=g-import-not-at-top
 
 class CrashOnceMockEnvForTest(mock_sc2_env.SC2TestEnv):
   """pysc2's mock env; the first game in a process to reach step 3 dies."""

@@ -1,13 +1,17 @@
 """Tests of the CLEAR replay buffer: sampling statistics, splits, state."""
 
+import json
 import os
 
 import numpy as np
 import pytest
 import tree
 
+import envs
+from clear import frame_store
 from clear import replay
 from clear import types
+from tests import frame_stacking
 
 
 def unroll(uid, t=3, rng=None):
@@ -355,3 +359,212 @@ def test_uniform_save_restores_into_a_prioritized_buffer(tmp_path):
     filled(4, 3, prioritized=True, slots_per_item=2).save(str(tmp_path))
     replay.ReplayBuffer(4, 'fifo', prioritized=True,
                         slots_per_item=3).restore(str(tmp_path), unroll(0))
+
+
+# --- Frame-stacked observations stored once per frame -------------------------
+
+
+def stacked_buffer(capacity, sampling='fifo', **kwargs):
+  return replay.ReplayBuffer(capacity, sampling,
+                             stacked_observations=('frame',), **kwargs)
+
+
+def assert_nests_equal(a, b):
+  tree.map_structure(np.testing.assert_array_equal, a, b)
+
+
+def unroll_with_frames(uid, stacks, done):
+  """`unroll(uid)` with the given frame stacks `[T + 1, H, W, K]`."""
+  base = unroll(uid, t=len(stacks) - 1)
+  return base._replace(env_outputs=base.env_outputs._replace(
+      done=np.asarray(done, bool), observation={'frame': stacks}))
+
+
+@pytest.fixture(scope='module')
+def atari_unrolls():
+  """Unrolls of real Pong stacks, cut at every start as an actor could.
+
+  Episodes are truncated after 160 raw frames (about 30 agent steps after
+  the no-op start), so some unrolls begin with an episode's first step and
+  others have one inside.
+  """
+  env = envs.make('atari:Pong', num_envs=2, seed=7, max_episode_frames=160)
+  rng = np.random.default_rng(0)
+  out = env.reset()
+  frames, dones = [out.observation['frame'].copy()], [out.done.copy()]
+  for _ in range(90):
+    out = env.step({'action': rng.integers(6, size=2)})
+    frames.append(out.observation['frame'].copy())
+    dones.append(out.done.copy())
+  env.close()
+  frames, dones = np.stack(frames, 1), np.stack(dones, 1)  # [B, N, ...]
+  t = 8
+  items = []
+  for b in range(2):
+    for start in range(frames.shape[1] - t):
+      items.append(unroll_with_frames(len(items),
+                                      frames[b, start:start + t + 1],
+                                      dones[b, start:start + t + 1]))
+  return items
+
+
+def test_atari_unrolls_need_no_more_than_t_plus_k_frames(atari_unrolls):
+  starts = sum(bool(u.env_outputs.done[0]) for u in atari_unrolls)
+  inside = sum(bool(u.env_outputs.done[1:].any()) for u in atari_unrolls)
+  assert starts >= 4 and inside >= 20  # Both cases are covered.
+  for item in atari_unrolls:
+    stacks = item.env_outputs.observation['frame']
+    planes, _ = frame_store.encode(stacks)
+    assert len(planes) <= len(stacks) + stacks.shape[-1] - 1
+
+
+@pytest.mark.parametrize('storage', ['memory', 'memmap'])
+def test_atari_unrolls_come_back_as_stored_as_is(tmp_path, atari_unrolls,
+                                                 storage):
+  capacity = len(atari_unrolls)
+  kwargs = lambda name: dict(seed=3, storage=storage,
+                             directory=str(tmp_path / name))
+  as_is = replay.ReplayBuffer(capacity, 'fifo', **kwargs('as_is'))
+  once = stacked_buffer(capacity, **kwargs('once'))
+  for item in atari_unrolls:
+    assert as_is.insert(item) == once.insert(item)
+  assert once.frame_stores['frame'].num_spilled == 0  # Atari fits.
+  assert not as_is.frame_stores
+  everything = np.arange(capacity)
+  assert_nests_equal(once.get(everything), as_is.get(everything))
+  assert_nests_equal(once.sample(64), as_is.sample(64))
+  starts = np.random.default_rng(1).integers(0, 5, size=capacity)
+  assert_nests_equal(once.get_windows(everything, starts, 4),
+                     as_is.get_windows(everything, starts, 4))
+  # [T + K] = 12 frames instead of 9 stacks of 4, plus the same other leaves.
+  frames = capacity * (12 * 84 * 84 + 9 * 4 + 1)
+  others = as_is.nbytes - capacity * 9 * 84 * 84 * 4
+  assert once.nbytes == once.stats().nbytes == frames + others
+
+
+def test_random_episode_boundaries_come_back_bit_exact():
+  rng = np.random.default_rng(5)
+  items = []
+  for uid in range(60):
+    style = frame_stacking.RESET_STYLES[uid % 3]
+    stacks, starts = frame_stacking.random_unroll(
+        rng, num_steps=7, depth=3, shape=(6, 6), style=style,
+        reset_rate=rng.uniform(0, 0.5))
+    items.append(unroll_with_frames(uid, stacks, starts))
+  as_is = replay.ReplayBuffer(25, 'reservoir', seed=9)
+  once = stacked_buffer(25, 'reservoir', seed=9)
+  for item in items:
+    assert as_is.insert(item) == once.insert(item)
+  assert_nests_equal(once.sample(100), as_is.sample(100))
+  starts = rng.integers(0, 5, size=25)
+  assert_nests_equal(once.get_windows(np.arange(25), starts, 3),
+                     as_is.get_windows(np.arange(25), starts, 3))
+
+
+@pytest.mark.parametrize('sampling', ['reservoir', 'fifo'])
+def test_frame_once_storage_keeps_the_same_unrolls_and_draws(sampling):
+  as_is = replay.ReplayBuffer(10, sampling, seed=4)
+  once = stacked_buffer(10, sampling, seed=4)
+  for uid in range(200):
+    assert as_is.insert(unroll(uid)) == once.insert(unroll(uid))
+    if uid % 20 == 19:
+      assert_nests_equal(once.sample(7), as_is.sample(7))
+  assert once.stats()._replace(nbytes=0) == as_is.stats()._replace(nbytes=0)
+  assert stored_ids(once) == stored_ids(as_is)
+
+
+def directory_bytes(path):
+  return sum(os.path.getsize(os.path.join(path, name))
+             for name in os.listdir(path))
+
+
+@pytest.mark.parametrize('storage,sampling', [
+    ('memory', 'reservoir'), ('memmap', 'fifo'), ('memmap', 'reservoir')])
+def test_frame_once_save_and_restore_round_trip(tmp_path, atari_unrolls,
+                                                storage, sampling):
+  mixed = list(atari_unrolls[:40])
+  rng = np.random.default_rng(2)
+  for uid in range(40, 50):  # Unrolls that spill past the budget.
+    noise = rng.integers(0, 256, (9, 84, 84, 4), dtype=np.uint8)
+    mixed.append(unroll_with_frames(uid, noise, np.zeros(9)))
+  rng.shuffle(mixed)
+  kwargs = lambda name: dict(seed=6, storage=storage,
+                             directory=str(tmp_path / name))
+  buffer = stacked_buffer(30, sampling, **kwargs('mm'))
+  as_is = replay.ReplayBuffer(30, sampling, **kwargs('mm_as_is'))
+  for item in mixed:
+    buffer.insert(item)
+    as_is.insert(item)
+  assert buffer.frame_stores['frame'].num_spilled > 0
+  buffer.save(str(tmp_path / 'state'))
+  as_is.save(str(tmp_path / 'state_as_is'))
+  assert not os.path.exists(tmp_path / 'state' / 'contents_007.npy')
+  assert (directory_bytes(tmp_path / 'state') <
+          0.6 * directory_bytes(tmp_path / 'state_as_is'))
+  restored = stacked_buffer(30, sampling, **kwargs('mm2'))
+  restored.restore(str(tmp_path / 'state'), mixed[0])
+  assert restored.stats() == buffer.stats()
+  assert_nests_equal(restored.get(np.arange(30)), buffer.get(np.arange(30)))
+  for item in atari_unrolls[40:60]:
+    assert buffer.insert(item) == restored.insert(item)
+  assert_nests_equal(restored.sample(16), buffer.sample(16))
+
+
+@pytest.mark.parametrize('storage', ['memory', 'memmap'])
+def test_a_state_saved_as_is_is_converted_on_restore(tmp_path, atari_unrolls,
+                                                     storage):
+  # The layout of the buffer before frame-once storage: every leaf as
+  # contents_NNN.npy and no 'stacked_leaves' in replay.json.
+  old = replay.ReplayBuffer(20, 'reservoir', seed=8)
+  for item in atari_unrolls[:50]:
+    old.insert(item)
+  old.save(str(tmp_path / 'old'))
+  with open(tmp_path / 'old' / 'replay.json') as f:
+    meta = json.load(f)
+  del meta['stacked_leaves']
+  with open(tmp_path / 'old' / 'replay.json', 'w') as f:
+    json.dump(meta, f)
+  assert os.path.exists(tmp_path / 'old' / 'contents_007.npy')
+  new = stacked_buffer(20, 'reservoir', seed=0, storage=storage,
+                       directory=str(tmp_path / 'mm'))
+  new.restore(str(tmp_path / 'old'), atari_unrolls[0])
+  assert new.stats()._replace(nbytes=0) == old.stats()._replace(nbytes=0)
+  assert new.nbytes < 0.5 * old.nbytes
+  assert_nests_equal(new.get(np.arange(20)), old.get(np.arange(20)))
+  for item in atari_unrolls[50:70]:
+    assert new.insert(item) == old.insert(item)
+  assert_nests_equal(new.sample(8), old.sample(8))
+  # Saved again, it is in the new layout.
+  new.save(str(tmp_path / 'new'))
+  again = stacked_buffer(20, 'reservoir')
+  again.restore(str(tmp_path / 'new'), atari_unrolls[0])
+  assert_nests_equal(again.get(np.arange(20)), old.get(np.arange(20)))
+
+
+def test_a_frame_once_state_is_refused_by_an_as_is_buffer(tmp_path):
+  buffer = stacked_buffer(3)
+  buffer.insert(unroll(1))
+  buffer.save(str(tmp_path))
+  with pytest.raises(ValueError, match='saved as frame-once'):
+    replay.ReplayBuffer(3, 'fifo').restore(str(tmp_path), unroll(0))
+
+
+def test_a_corrupt_frame_table_is_refused(tmp_path):
+  buffer = stacked_buffer(3)
+  buffer.insert(unroll(1))
+  buffer.save(str(tmp_path))
+  table = np.load(str(tmp_path / 'frames_007_table.npy'))
+  np.save(str(tmp_path / 'frames_007_table.npy'), table + 9)
+  with pytest.raises(ValueError, match='names a plane'):
+    stacked_buffer(3).restore(str(tmp_path), unroll(0))
+
+
+def test_stacked_observations_must_name_uint8_stacks():
+  with pytest.raises(ValueError, match=r"\['pixels'\] are not observation"):
+    replay.ReplayBuffer(2, stacked_observations=('pixels',)).insert(
+        unroll(0))
+  item = unroll(0)
+  item = item._replace(env_outputs=item.env_outputs._replace(
+      observation={'frame': np.zeros([4, 6, 6, 2], np.float32)}))
+  with pytest.raises(ValueError, match="observation 'frame'.*uint8"):
+    stacked_buffer(2).insert(item)

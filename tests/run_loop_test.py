@@ -183,7 +183,10 @@ def test_evaluate_writes_the_summary_json(tmp_path):
   config = make_config(tmp_path)
   run_loop.train(config, max_updates=2)
   summary = run_loop.evaluate(config, num_episodes=5)
-  with open(os.path.join(str(tmp_path), 'test_results.json')) as f:
+  assert not os.path.exists(os.path.join(str(tmp_path), 'test_results.json'))
+  path = run_loop.write_test_results(config.logdir, summary)
+  assert path == os.path.join(str(tmp_path), 'test_results.json')
+  with open(path) as f:
     written = json.load(f)
   assert written['num_episodes'] == 5
   returns = np.asarray(written['returns'])
@@ -210,6 +213,34 @@ def scalar_series(logdir, tag):
         if value.tag == tag:
           values.append((event.step, float(tf.make_ndarray(value.tensor))))
   return values
+
+
+def test_summaries_are_stepped_by_env_frames_and_every_run_logs_progress(
+    tmp_path, caplog):
+  # Batches of 2 replayed + 2 fresh unrolls of 5 frames: the first fresh
+  # unroll only seeds the replay (5 frames), then each update adds 10. The
+  # log interval is never reached, so only the end of the run logs.
+  config = make_config(tmp_path, backend='inline', log_interval_s=3600.0)
+  with caplog.at_level('INFO'):
+    result = run_loop.train(config, max_updates=3)
+  assert result.num_env_frames == 35
+  lines = [r.getMessage() for r in caplog.records
+           if r.getMessage().startswith('[main] frames ')]
+  assert len(lines) == 1 and lines[0].startswith('[main] frames 35/5,000 ')
+  assert [step for step, _ in scalar_series(tmp_path, 'loss/total')] == [
+      15, 25, 35]
+  assert scalar_series(tmp_path, 'runtime/num_updates') == [(35, 3.0)]
+  for tag in ('runtime/env_frames_per_s', 'runtime/run_time_s',
+              'replay/size', 'replay/bytes', 'grad_norm'):
+    assert scalar_series(tmp_path, tag)[-1][0] == 35, tag
+  # clear.plot reads the curves against frames, also over a resume.
+  run_loop.train(config, max_updates=2)
+  scalars = plot.read_scalars(str(tmp_path))
+  np.testing.assert_array_equal(scalars['loss/total'].steps,
+                                [15, 25, 35, 45, 55])
+  returns = plot.curves(scalars, 'episode/')['gym:CartPole-v1']
+  assert len(returns.steps) and returns.steps[-1] <= 55
+  assert np.all(np.diff(returns.steps) >= 0)
 
 
 def test_inline_runs_with_one_seed_are_identical(tmp_path):

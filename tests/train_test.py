@@ -12,6 +12,8 @@ import pytest
 from absl import flags
 from absl.testing import flagsaver
 
+from clear import plot
+from clear import run_loop
 from clear import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,6 +35,7 @@ def frames_done(output):
   return int(found[-1])
 
 
+@pytest.mark.slow  # Minutes on 2 cores: run by .ci/run's slow step.
 def test_cartpole_learns_stops_on_sigterm_resumes_and_tests(tmp_path):
   logdir = str(tmp_path / 'run')
   common = ['--logdir=' + logdir, '--log_interval_s=2', '--seed=1']
@@ -86,11 +89,18 @@ def test_ray_backend_trains(tmp_path):
 @pytest.mark.parametrize('args,message', [
     (['--replay_proportion=1.0'], '--replay_proportion'),
     (['--env=mujoco:Ant'], '--env'),
+    (['--batch_size=abc'], 'flag --batch_size=abc:'),  # Fails to parse.
 ])
 def test_bad_flags_give_one_message_and_no_traceback(args, message):
   result = run_binary(*args, timeout=120)
-  assert result.returncode != 0
-  assert message in result.stderr
+  assert result.returncode == 2
+  lines = result.stderr.strip().splitlines()
+  # The error alone (absl would print the whole flag list before it),
+  # then where the flags are described.
+  assert lines[0].startswith('error: ') and message in lines[0], lines
+  assert lines[-1] == ('Run `python -m clear.train --helpfull` for the '
+                       'flags, grouped by purpose.')
+  assert len(lines) <= 3, lines
   assert 'Traceback' not in result.stderr
 
 
@@ -175,6 +185,24 @@ def test_validate_accepts_the_defaults_and_fills_family_defaults():
   assert chosen.learner_config.optimizer == 'adam'
 
 
+def test_dynamic_multipliers_discount_per_frame_by_default():
+  with flagsaver.flagsaver():
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--env=atari:Pong', '--nofixed_step_mul'])
+    dynamic = train.config_from_flags(flags.FLAGS).learner_config
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--env=atari:Pong', '--nofixed_step_mul',
+                 '--discount_per=step'])
+    chosen = train.config_from_flags(flags.FLAGS).learner_config
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--env=atari:Pong'])
+    fixed = train.config_from_flags(flags.FLAGS).learner_config
+  # A step of Atari's default 4 frames keeps --discounting.
+  assert (dynamic.discount_per, dynamic.discounting_step_mul) == ('frame', 4)
+  assert chosen.discount_per == 'step'
+  assert fixed.discount_per == 'step'
+
+
 def test_port_flags_override_only_what_is_set():
   from clear import sac  # pylint: disable=g-import-not-at-top
   with flagsaver.flagsaver():
@@ -189,3 +217,247 @@ def test_port_flags_override_only_what_is_set():
   # IMPALA's family defaults (gym: learning rate 3e-3, reward scale 0.1) do
   # not leak into the port; one collect feeds one update.
   assert config.envs_per_actor == 2
+
+
+# --- What a user sees when something goes wrong (issue 19) -------------------
+
+
+def train_in_process(logdir, *args, calls=2):
+  """A tiny run made the way the binary makes it (flags -> config), in this
+  process; each call trains 2 updates and writes one checkpoint."""
+  with flagsaver.flagsaver():
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', f'--logdir={logdir}', '--backend=inline',
+                 '--envs_per_actor=4', '--batch_size=4', '--unroll_length=5',
+                 *args])
+    train.validate(flags.FLAGS)
+    config = train.config_from_flags(flags.FLAGS)
+  for _ in range(calls):
+    run_loop.train(config, max_updates=2)
+  return config
+
+
+# Not the defaults (gym:CartPole-v1, LSTM 64): a binary that rebuilt the
+# network from its own flags could not restore these runs.
+RUN_FLAGS = ('--env=gym:CartPole-v0', '--core_size=16')
+
+
+@pytest.fixture(scope='module')
+def cartpole_v0_run(tmp_path_factory):
+  logdir = str(tmp_path_factory.mktemp('cartpole_v0'))
+  train_in_process(logdir, *RUN_FLAGS)
+  return logdir
+
+
+def test_test_mode_refuses_flags_that_contradict_the_run(cartpole_v0_run):
+  # Another network: refused by name, before anything is built.
+  result = run_binary('--mode=test', f'--logdir={cartpole_v0_run}',
+                      '--core_size=32', '--algorithm=sac', timeout=120)
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  errors = [l for l in result.stderr.splitlines() if l.startswith('error:')]
+  assert len(errors) == 2, result.stderr[-3000:]
+  assert errors[0].startswith("error: --algorithm='sac': the run in ")
+  assert "made with algorithm='impala'" in errors[0]
+  assert errors[1].startswith('error: --core_size=32: ')
+  assert 'made with core_size=16' in errors[1]
+  # An env of other observation and action spaces: refused by name.
+  result = run_binary('--mode=test', f'--logdir={cartpole_v0_run}',
+                      '--env=gym:Acrobot-v1', timeout=120)
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  assert 'error: --env=gym:Acrobot-v1: the run in' in result.stderr
+  assert 'observations vector [4]; actions action (2 choices)' in (
+      result.stderr)
+  assert 'cannot play' in result.stderr
+  assert 'Value in checkpoint could not be found' not in result.stderr
+
+
+def test_test_mode_on_an_env_of_the_same_spaces_says_so(cartpole_v0_run):
+  result = run_binary('--mode=test', f'--logdir={cartpole_v0_run}',
+                      '--env=gym:CartPole-v1', '--test_num_episodes=2',
+                      timeout=180)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  assert re.search(r'--env=gym:CartPole-v1: using gym:CartPole-v1, not '
+                   r'gym:CartPole-v0 .*the observation and action spaces '
+                   r'are the same', result.stderr), result.stderr[-3000:]
+  printed = json.loads(result.stdout)
+  assert printed['env'] == 'gym:CartPole-v1'
+  assert printed['num_episodes'] == 2
+
+
+def test_init_from_takes_the_env_and_network_of_its_source(cartpole_v0_run,
+                                                         tmp_path):
+  logdir = str(tmp_path / 'new')
+  result = run_binary(f'--init_from={cartpole_v0_run}', f'--logdir={logdir}',
+                      '--backend=inline', '--envs_per_actor=4',
+                      '--batch_size=4', '--total_environment_frames=200',
+                      timeout=240)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  assert 'Initialised the all weights from' in result.stderr
+  with open(os.path.join(cartpole_v0_run, 'run.json')) as f:
+    source = json.load(f)
+  with open(os.path.join(logdir, 'run.json')) as f:
+    assert json.load(f) == source
+  # A network flag that contradicts the source is refused by name.
+  with flagsaver.flagsaver():
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', f'--init_from={cartpole_v0_run}',
+                 f'--logdir={tmp_path / "other"}', '--separate_critic'])
+    with pytest.raises(train.app.UsageError, match='--separate_critic=True'):
+      train.read_run_settings(flags.FLAGS)
+
+
+def test_run_settings_fill_the_flags_left_unset():
+  saved = {'algorithm': 'impala', 'core_size': 16, 'env': 'gym:CartPole-v0',
+           'env_options': {'fixed_step_mul': True, 'step_mul': 2},
+           'network': 'mlp', 'separate_critic': True}
+  with flagsaver.flagsaver():
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--mode=test', '--core_size=16'])
+    settings = train.adopt_run_settings(flags.FLAGS, saved, '/runs/x')
+    taken = (flags.FLAGS.env, flags.FLAGS.core_size, flags.FLAGS.network,
+             flags.FLAGS.separate_critic, flags.FLAGS.step_mul)
+    config = train.config_from_flags(flags.FLAGS)
+  assert taken == ('gym:CartPole-v0', 16, 'mlp', True, 2)
+  assert settings.changed_env_flags == {}
+  assert config.agent_config == train.policy_lib.AgentConfig('mlp', 16, True)
+  assert config.env_options == {'fixed_step_mul': True, 'step_mul': 2}
+  with flagsaver.flagsaver():
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--mode=test', '--env=gym:CartPole-v1',
+                 '--step_mul=1'])
+    settings = train.adopt_run_settings(flags.FLAGS, saved, '/runs/x')
+  assert settings.changed_env_flags == {'env': 'gym:CartPole-v1',
+                                        'step_mul': 1}
+  assert (settings.env_name, settings.env_options) == (
+      'gym:CartPole-v0', saved['env_options'])
+
+
+def project_flags():
+  return [name for name in flags.FLAGS if flags.FLAGS[name].name == name
+          and flags.FLAGS.find_module_defining_flag(name) == train.__name__]
+
+
+def test_every_flag_is_listed_once_under_a_purpose():
+  listed = [n for group in train.FLAG_GROUPS.groups() for n in group.names]
+  assert len(listed) == len(set(listed))
+  assert sorted(listed) == sorted(project_flags())
+  assert len(train.FLAG_GROUPS.groups()) >= 10
+
+
+def test_no_two_flags_share_a_help_text():
+  # The port flags end with their algorithms' defaults, e.g. '(ddpg: 0.95,
+  # sac: 0.95)'; what comes before must still describe that flag alone.
+  described = {}
+  for name in project_flags():
+    text = re.sub(r'\s*\((?:ddpg|ppg|sac): .*\)$', '',
+                  flags.FLAGS[name].help)
+    assert text, f'--{name} has no description'
+    described.setdefault(text, []).append(name)
+  shared = {text: names for text, names in described.items()
+            if len(names) > 1}
+  assert not shared, shared
+
+
+def test_helpfull_lists_only_this_programs_flags_by_purpose():
+  result = run_binary('--helpfull', timeout=120)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  lines = result.stdout.splitlines()
+  headings = [g.title + ':' for g in train.FLAG_GROUPS.groups()]
+  positions = [lines.index(h) for h in headings]
+  assert positions == sorted(positions)
+  for group in train.FLAG_GROUPS.groups():
+    for name in group.names:
+      assert (f'  --{name}:' in result.stdout or
+              f'  --[no]{name}:' in result.stdout), name
+  listed = re.findall(r'^  --(?:\[no\])?(\w+):', result.stdout, re.M)
+  assert sorted(listed) == sorted(project_flags())
+  for foreign in ('tpu', 'test_srcdir', 'verbosity', 'only_check_args'):
+    assert f'--{foreign}' not in result.stdout
+
+
+@pytest.mark.parametrize('kind', [
+    'parent_is_a_file', 'logdir_is_a_file',
+    pytest.param('read_only', marks=pytest.mark.skipif(
+        os.geteuid() == 0, reason='root may write anywhere'))])
+def test_an_unwritable_logdir_is_refused_before_anything_starts(tmp_path,
+                                                                kind):
+  blocker = tmp_path / 'blocker'
+  if kind == 'read_only':
+    blocker.mkdir()
+    blocker.chmod(0o500)
+    logdir, expected = blocker / 'run', 'Permission denied'
+  else:
+    blocker.write_text('a file')
+    logdir = blocker / 'run' if kind == 'parent_is_a_file' else blocker
+    expected = f'{blocker} is a file, not a folder'
+  result = run_binary(f'--logdir={logdir}', timeout=120)
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  assert f'error: --logdir={logdir}: cannot write there' in result.stderr
+  assert expected in result.stderr
+  assert 'Choose another --logdir' in result.stderr
+  assert 'Restored' not in result.stderr
+
+
+def test_logdir_problem():
+  assert train.logdir_problem(os.path.abspath(__file__), create=False) == (
+      f'{os.path.abspath(__file__)} is a file, not a folder')
+  assert train.logdir_problem(os.path.join(os.path.abspath(__file__), 'x'),
+                              create=True).endswith('is a file, not a folder')
+  assert 'No such file' in train.logdir_problem('/nonexistent/clear/run',
+                                                create=False)
+
+
+def test_a_short_run_ends_with_progress_and_runtime_summaries(tmp_path):
+  # Far shorter than the 10 s log interval after its first update.
+  logdir = str(tmp_path)
+  result = run_binary(f'--logdir={logdir}', '--backend=inline',
+                      '--envs_per_actor=4', '--batch_size=4',
+                      '--unroll_length=5', '--total_environment_frames=300',
+                      timeout=240)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  progress_lines = re.findall(r'\[main\] frames ([\d,]+)/300 ', result.stderr)
+  assert progress_lines, result.stderr[-3000:]
+  frames = frames_done(result.stderr)
+  assert int(progress_lines[-1].replace(',', '')) == frames >= 300
+  scalars = plot.read_scalars(logdir)
+  for tag in ('runtime/env_frames_per_s', 'runtime/run_time_s',
+              'runtime/num_updates', 'replay/size'):
+    assert scalars[tag].steps[-1] == frames, tag
+  # Losses and returns share the env-frame axis.
+  assert scalars['loss/total'].steps[-1] == frames
+  assert (scalars['num_env_frames'].steps ==
+          scalars['num_env_frames'].values).all()
+
+
+def test_test_mode_records_an_episode_as_a_gif(tmp_path, cartpole_v0_run):
+  logdir = str(tmp_path / 'breakout')
+  train_in_process(logdir, '--env=minatar:Breakout', '--core_size=16')
+  gif = str(tmp_path / 'breakout.gif')
+  result = run_binary('--mode=test', f'--logdir={logdir}',
+                      '--test_num_episodes=2', f'--record={gif}',
+                      timeout=180)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  match = re.search(r'Recorded (\d+) frames \(return [-\d.]+\) to (.+)\.',
+                    result.stdout)
+  assert match and match.group(2) == gif, result.stdout[-2000:]
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  with Image.open(gif) as image:
+    assert image.size == (160, 160)  # MinAtar's 10x10 board, x16.
+  assert json.loads(result.stdout[:result.stdout.index('Recorded')])[
+      'num_episodes'] == 2
+  # A run without pictures is refused before any episode is played.
+  result = run_binary('--mode=test', f'--logdir={cartpole_v0_run}',
+                      f'--record={tmp_path / "cartpole.gif"}', timeout=120)
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  assert "error: --record draws an image observation, and " in result.stderr
+  assert "'gym:CartPole-v0' has none" in result.stderr
+  assert not os.path.exists(tmp_path / 'cartpole.gif')

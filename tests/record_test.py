@@ -1,0 +1,80 @@
+"""Tests of clear.record: pictures of observations and GIFs of episodes."""
+
+import collections
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import envs
+from clear import algorithms
+from clear import policy as policy_lib
+from clear import record
+from clear import types
+
+
+def test_to_rgb_by_hand():
+  stack = np.zeros([84, 84, 4], np.uint8)
+  stack[..., 3] = 200  # The newest frame.
+  stack[0, 0, 3] = 7
+  rgb = record.to_rgb(stack)
+  assert rgb.shape == (168, 168, 3)  # 84 is scaled x2 to reach 160.
+  np.testing.assert_array_equal(rgb[0, 0], [7, 7, 7])
+  np.testing.assert_array_equal(rgb[1, 1], [7, 7, 7])
+  np.testing.assert_array_equal(rgb[2, 2], [200, 200, 200])
+
+  board = np.zeros([10, 10, 2], bool)
+  board[1, 2, 0] = True
+  board[3, 4, 1] = True
+  rgb = record.to_rgb(board)
+  assert rgb.shape == (160, 160, 3)  # x16.
+  palette = record._palette(2)  # pylint: disable=protected-access
+  np.testing.assert_array_equal(rgb[16:32, 32:48], np.broadcast_to(
+      palette[0], (16, 16, 3)))
+  np.testing.assert_array_equal(rgb[48, 64], palette[1])
+  np.testing.assert_array_equal(rgb[0, 0], [0, 0, 0])
+  assert not np.array_equal(palette[0], palette[1])
+  with pytest.raises(ValueError, match='float32'):
+    record.to_rgb(np.zeros([4, 4, 1], np.float32))
+
+
+@pytest.mark.parametrize('name,options', [
+    ('minatar:Breakout', {}),
+    ('atari:Pong', {'max_episode_frames': 200}),
+])
+def test_a_recorded_episode_is_the_gif_of_what_the_agent_saw(tmp_path, name,
+                                                             options):
+  env = envs.make(name, num_envs=1, seed=2, **options)
+  policy = algorithms.make_policy('impala', env.spec,
+                                  policy_lib.AgentConfig('auto', 16), seed=0)
+  first = envs.make(name, num_envs=1, seed=2, **options)
+  key = record.image_key(env.spec)
+  first_picture = record.to_rgb(first.reset().observation[key][0])
+  first.close()
+  path = str(tmp_path / 'episode.gif')
+  try:
+    result = record.record_episode(env, policy, path, max_steps=3000)
+  finally:
+    env.close()
+  assert result.finished and result.num_frames > 2
+  with Image.open(path) as gif:
+    assert gif.size == first_picture.shape[1::-1]
+    np.testing.assert_array_equal(np.asarray(gif.convert('RGB')),
+                                  first_picture)
+    # Pillow merges identical consecutive frames and adds up their
+    # durations: the GIF lasts a frame's time per recorded frame.
+    total_ms = 0
+    for index in range(gif.n_frames):
+      gif.seek(index)
+      total_ms += gif.info['duration']
+      assert np.asarray(gif.convert('RGB')).any()
+  assert total_ms == 40 * result.num_frames
+
+
+def test_vector_observations_are_refused_by_name():
+  spec = types.EnvSpec(
+      collections.OrderedDict(vector=types.ArraySpec((4,), np.float32)),
+      collections.OrderedDict(action=types.DiscreteSpec(2)),
+      'gym:CartPole-v1')
+  with pytest.raises(ValueError, match="'gym:CartPole-v1' has none"):
+    record.image_key(spec)
