@@ -81,7 +81,8 @@ flags.DEFINE_integer('seed', 0, 'Base random seed.')
 flags.DEFINE_integer('total_environment_frames', None,
                      'Environment frames to train for, replay excluded; the '
                      'learning rate decays to 0 over them (default per env '
-                     'family: 400k for gym, 40M for Atari and SC2).')
+                     'family: 400k for gym, 5M for MinAtar, 40M for Atari '
+                     'and SC2).')
 
 FLAG_GROUPS.heading('Actors')
 flags.DEFINE_enum('backend', 'local', ['local', 'inline', 'ray'],
@@ -94,7 +95,8 @@ flags.DEFINE_string('ray_address', '',
 flags.DEFINE_integer('num_actors', 1, 'Actor processes.')
 flags.DEFINE_integer('envs_per_actor', None,
                      'Environments each actor steps as one batch (default: 64 '
-                     'for gym, 32 for Atari, 1 for SC2 with impala; the '
+                     'for gym and MinAtar, 32 for Atari, 1 for SC2 with '
+                     'impala; the '
                      'batch size with ppg, sac and ddpg).')
 flags.DEFINE_integer('unroll_length', 20, 'Agent steps per unroll.')
 
@@ -106,7 +108,8 @@ flags.DEFINE_enum('network', 'auto',
                   "MinAtar's 10x10 boards, impala_shallow for other "
                   'images, mlp for vectors).')
 flags.DEFINE_integer('core_size', None,
-                     'LSTM size (default: 256 for pixels, 64 for gym); 0 '
+                     'LSTM size (default: 256 for Atari and SC2, 128 for '
+                     'MinAtar, 64 for gym); 0 '
                      'makes the impala agent feed-forward.')
 flags.DEFINE_bool('separate_critic', False,
                   'Give the critic its own network (needed to pretrain a '

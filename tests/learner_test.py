@@ -422,6 +422,21 @@ def _numpy_vtrace_targets(values, bootstrap, rewards, done, truncated, rhos,
   return targets
 
 
+def _targets(learner, batch):
+  """The aligned batch and the loss extras (V-trace targets, advantages,
+  log-rhos) the learner's step computes on `batch`."""
+  aligned, rewards, discounts = _prepared(learner, batch)
+  _, extra = losses.impala_clear_loss(
+      *learner_lib._discrete_heads(aligned),  # pylint: disable=protected-access
+      values=aligned.target.baseline,
+      bootstrap_value=aligned.bootstrap_value,
+      behaviour_values=aligned.behaviour.baseline, rewards=rewards,
+      discounts=discounts, num_replay=learner.config.num_replay,
+      baseline_cost=0.5, entropy_cost=0.01, policy_cloning_cost=0.01,
+      value_cloning_cost=0.005)
+  return aligned, extra
+
+
 @pytest.mark.parametrize('column', [0, 1, 2, 3])
 def test_vtrace_targets_never_cross_a_truncation(column):
   """Truncations in the middle and at the last step, in replayed (0, 1)
@@ -438,13 +453,7 @@ def test_vtrace_targets_never_cross_a_truncation(column):
   env.done[5, 2] = True  # And a real termination after the cut in column 2.
   learner = make_learner(agent, num_replay=2, discounting=0.9,
                          reward_clipping='none')
-  aligned, rewards, discounts = _prepared(learner, batch)
-  _, extra = losses.impala_clear_loss(
-      *learner_lib._discrete_heads(aligned), values=aligned.target.baseline,
-      bootstrap_value=aligned.bootstrap_value,
-      behaviour_values=aligned.behaviour.baseline, rewards=rewards,
-      discounts=discounts, num_replay=2, baseline_cost=0.5,
-      entropy_cost=0.01, policy_cloning_cost=0.01, value_cloning_cost=0.005)
+  aligned, extra = _targets(learner, batch)
   values = aligned.target.baseline.numpy()[:, column]
   expected = _numpy_vtrace_targets(
       values, aligned.bootstrap_value.numpy()[column],
@@ -462,13 +471,7 @@ def test_vtrace_targets_never_cross_a_truncation(column):
   # leaves every target of the cut episode as it was.
   changed = tree.map_structure(np.copy, batch)
   changed.env_outputs.observation['vector'][cut[column], column] += 5.0
-  aligned2, rewards2, discounts2 = _prepared(learner, changed)
-  _, extra2 = losses.impala_clear_loss(
-      *learner_lib._discrete_heads(aligned2), values=aligned2.target.baseline,
-      bootstrap_value=aligned2.bootstrap_value,
-      behaviour_values=aligned2.behaviour.baseline, rewards=rewards2,
-      discounts=discounts2, num_replay=2, baseline_cost=0.5,
-      entropy_cost=0.01, policy_cloning_cost=0.01, value_cloning_cost=0.005)
+  aligned2, extra2 = _targets(learner, changed)
   before = slice(0, cut[column])
   np.testing.assert_array_equal(extra2.vs.numpy()[before, column],
                                 extra.vs.numpy()[before, column])
