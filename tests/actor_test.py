@@ -93,19 +93,25 @@ def test_unrolls_overlap_by_one_step_and_are_aligned():
                                   unroll.agent_outputs.action['action'][1:])
 
 
+def assert_reunroll_matches(agent, unroll, atol):
+  """Re-unrolling `unroll` from its stored state gives the actor's own
+  logits and baselines (the learner's outputs at step t are the actor's at
+  t + 1)."""
+  outputs, _ = agent.unroll(unroll.agent_outputs.action, unroll.env_outputs,
+                            unroll.agent_state)
+  np.testing.assert_allclose(outputs.logits['action'][:-1],
+                             unroll.agent_outputs.logits['action'][1:],
+                             atol=atol)
+  np.testing.assert_allclose(outputs.baseline[:-1],
+                             unroll.agent_outputs.baseline[1:], atol=atol)
+
+
 def test_agent_state_at_unroll_start_reproduces_the_behaviour():
   """Re-unrolling from the stored state gives the actor's own logits."""
   actor = make_actor(unroll_length=6)
   actor.collect()
   unroll = actor.collect().unroll
-  agent = actor._policy.agent
-  outputs, _ = agent.unroll(unroll.agent_outputs.action, unroll.env_outputs,
-                            unroll.agent_state)
-  np.testing.assert_allclose(outputs.logits['action'][:-1],
-                             unroll.agent_outputs.logits['action'][1:],
-                             atol=1e-5)
-  np.testing.assert_allclose(outputs.baseline[:-1],
-                             unroll.agent_outputs.baseline[1:], atol=1e-5)
+  assert_reunroll_matches(actor._policy.agent, unroll, atol=1e-5)
 
 
 def test_learner_reunroll_matches_the_actor_at_atari_scale():
@@ -133,13 +139,7 @@ def test_learner_reunroll_matches_the_actor_at_atari_scale():
       tree.map_structure(in_time, old.env_outputs, new.env_outputs),
       tree.map_structure(in_time, old.agent_outputs, new.agent_outputs))
   agent = policy.agent
-  outputs, _ = agent.unroll(batch.agent_outputs.action, batch.env_outputs,
-                            batch.agent_state)
-  np.testing.assert_allclose(outputs.logits['action'][:-1],
-                             batch.agent_outputs.logits['action'][1:],
-                             atol=2e-5)
-  np.testing.assert_allclose(outputs.baseline[:-1],
-                             batch.agent_outputs.baseline[1:], atol=2e-5)
+  assert_reunroll_matches(agent, batch, atol=2e-5)
   learner = learner_lib.ImpalaClearLearner(agent, learner_lib.LearnerConfig(
       batch_size=4, num_replay=2, unroll_length=20))
   _, metrics = learner._grads_fn(batch)  # pylint: disable=protected-access
