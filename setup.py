@@ -1,10 +1,21 @@
 """Install clear: IMPALA with CLEAR replay, PPG and SAC in TF2 / Sonnet 2."""
 
+import os
+
 import setuptools
+
+# Which TensorFlow wheel: tensorflow-cpu by default (CI, laptops, actor
+# machines). A GPU learner installs with CLEAR_TENSORFLOW='tensorflow[and-cuda]'
+# (TensorFlow with its CUDA libraries from PyPI); see the README.
+TENSORFLOW_WHEELS = ('tensorflow-cpu', 'tensorflow', 'tensorflow[and-cuda]')
+TENSORFLOW = os.environ.get('CLEAR_TENSORFLOW', 'tensorflow-cpu')
+if TENSORFLOW not in TENSORFLOW_WHEELS:
+  raise SystemExit(f'CLEAR_TENSORFLOW={TENSORFLOW!r}: use one of '
+                   f'{", ".join(TENSORFLOW_WHEELS)}.')
 
 # Version ranges checked to resolve together in a fresh Python 3.11 venv.
 INSTALL_REQUIRES = [
-    'tensorflow-cpu>=2.21,<2.22',
+    f'{TENSORFLOW}>=2.21,<2.22',
     # TF 2.21 no longer pulls TensorBoard in; tf.summary needs it.
     'tensorboard>=2.21,<2.22',
     'dm-sonnet==2.0.2',

@@ -22,6 +22,7 @@ import tensorflow as tf
 import tree
 
 import agents
+from clear import devices as devices_lib
 from clear import learner as learner_lib
 from clear import types
 from clear import vtrace
@@ -33,6 +34,9 @@ flags.DEFINE_integer('batch_size', 32, 'B of the benchmark batch.')
 flags.DEFINE_string('network', 'impala_shallow', 'Agent torso.')
 flags.DEFINE_integer('core_size', 256, 'LSTM size.')
 flags.DEFINE_list('xla', ['off', 'on'], 'XLA settings to measure.')
+flags.DEFINE_string('device', 'auto',
+                    "The learner's device, as clear.train's "
+                    '--learner_device: auto, cpu, gpu or e.g. /GPU:1.')
 
 NUM_ACTIONS = 6
 
@@ -141,9 +145,12 @@ def bench_learner(t, b, jit, repeats):
   start = time.perf_counter()
   learner.step(batch)['loss/total'].numpy()
   first_step_s = time.perf_counter() - start
+  placed = sorted({v.device.split('device:')[-1]
+                   for v in agent.trainable_variables})
   step_s = time_per_call(lambda: learner.step(batch)['loss/total'].numpy(),
                          repeats, warmup=1)
-  return {'xla': jit, 'first_step_s_incl_tracing': first_step_s,
+  return {'xla': jit, 'variables_on': placed,
+          'first_step_s_incl_tracing': first_step_s,
           'step_s': step_s, 'batch_frames_per_s': t * b / step_s,
           'env_frames_per_s_at_frame_skip_4': 4 * t * b / step_s,
           'target_batch_frames_per_s_min': 700}
@@ -153,16 +160,19 @@ def main(argv):
   del argv
   t, b = FLAGS.unroll_length, FLAGS.batch_size
   quick = FLAGS.quick
-  devices = [d.device_type for d in tf.config.list_physical_devices()]
-  result = {
-      'benchmark': 'learner',
-      'machine': {'cpus': os.cpu_count(), 'devices': devices,
-                  'python': platform.python_version(),
-                  'tensorflow': tf.__version__},
-      'vtrace': bench_vtrace(80, 32, 20 if quick else 200),
-      'learner': [bench_learner(t, b, setting == 'on', 2 if quick else 8)
-                  for setting in FLAGS.xla],
-  }
+  device = devices_lib.learner_device(FLAGS.device)
+  found = [d.device_type for d in tf.config.list_physical_devices()]
+  with tf.device(device):
+    result = {
+        'benchmark': 'learner',
+        'machine': {'cpus': os.cpu_count(), 'devices': found,
+                    'python': platform.python_version(),
+                    'tensorflow': tf.__version__},
+        'device': device,
+        'vtrace': bench_vtrace(80, 32, 20 if quick else 200),
+        'learner': [bench_learner(t, b, setting == 'on', 2 if quick else 8)
+                    for setting in FLAGS.xla],
+    }
   print(json.dumps(result, indent=2))
 
 

@@ -26,12 +26,14 @@ import multiprocessing.connection  # pylint: disable=unused-import
 import os
 import signal
 import time
+import warnings
 from typing import NamedTuple, Optional
 
 import numpy as np
 
 from clear import actor as actor_lib
 from clear import algorithms
+from clear import devices
 from clear import policy as policy_lib
 from clear import snapshot
 
@@ -203,6 +205,7 @@ def _actor_process(config, actor_id, generation, shared, connection, stop,
   if stop.is_set():
     return
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+  devices.hide_accelerators()  # Born without GPUs too; see `_start`.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf.config.threading.set_intra_op_parallelism_threads(1)
   tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -260,7 +263,9 @@ class LocalActorPool:
         target=_actor_process, name=f'clear-actor-{actor_id}', daemon=True,
         args=(self.config, actor_id, self._generations[actor_id],
               self._shared, writer, self._stop, self._entered[actor_id]))
-    with _children_ignore_sigint():
+    # Started without GPUs in its environment: an actor's TensorFlow must
+    # never claim the learner's accelerator memory.
+    with _children_ignore_sigint(), devices.children_see_no_gpu():
       process.start()
     writer.close()  # The child holds its own copy.
     self._processes[actor_id] = process
@@ -406,16 +411,63 @@ class InlineActorPool:
 # --- Ray -----------------------------------------------------------------------
 
 
+class RayActorWorker(ActorWorker):
+  """`ActorWorker` as a Ray actor: no GPU, and fresh seeds after a restart.
+
+  Ray recreates an actor whose process or node died (up to its
+  `max_restarts`) by running `__init__` again. Each life draws a random
+  `incarnation`, returned with every unroll, so the pool can count the
+  restarts whatever error (or none) it saw; a recreated actor also draws a
+  fresh generation of seeds, so it does not replay its first life's
+  episodes.
+  """
+
+  def __init__(self, config: ActorPoolConfig, actor_id: int):
+    devices.hide_accelerators()
+    import ray  # pylint: disable=g-import-not-at-top
+    with warnings.catch_warnings():  # Ray's own use of a deprecated API.
+      warnings.simplefilter('ignore', DeprecationWarning)
+      reconstructed = ray.get_runtime_context().was_current_actor_reconstructed
+    self.incarnation = int.from_bytes(os.urandom(8), 'little')
+    generation = 1 + self.incarnation % 50_000 if reconstructed else 0
+    super().__init__(config, actor_id, generation)
+
+  def collect_with_incarnation(self, weights=None, version=-1):
+    return self.incarnation, self.collect(weights, version)
+
+  def where(self) -> dict:
+    """This actor's node, process and what its TensorFlow sees."""
+    import ray  # pylint: disable=g-import-not-at-top
+    return {'node_id': ray.get_runtime_context().get_node_id(),
+            'pid': os.getpid(), 'incarnation': self.incarnation,
+            'cuda_visible_devices': os.environ.get(
+                devices.CUDA_VISIBLE_DEVICES),
+            'gpus': devices.visible_gpus()}
+
+
 class RayActorPool:
   """Actors as Ray actors, the learner in the driver.
+
+  Weights go out through Ray's object store (one `ray.put` per update,
+  fetched by each actor with its next `collect`), trajectories come back as
+  task results. Actors are spread over the nodes that can hold them. An
+  actor whose process or node dies is recreated by Ray on a node with room
+  (its unfinished unroll is lost; everything already returned was accepted
+  by the learner); each death counts as a restart, and past
+  `config.max_restarts` the run stops with `ActorFailure`.
 
   Args:
     config: `ActorPoolConfig`.
     address: a Ray cluster address; None starts a local Ray bound to the
       loopback address.
+    actor_resource: a custom Ray resource each actor needs one unit of, so
+      actors run only on the nodes started with it (`ray start
+      --resources='{"NAME": N}'`), never beside the learner; '' for any
+      node with a free CPU.
   """
 
-  def __init__(self, config: ActorPoolConfig, address: Optional[str] = None):
+  def __init__(self, config: ActorPoolConfig, address: Optional[str] = None,
+               actor_resource: str = ''):
     try:
       import ray  # pylint: disable=g-import-not-at-top
     except ImportError as e:
@@ -424,56 +476,128 @@ class RayActorPool:
     self._ray = ray
     if not ray.is_initialized():
       if address:
-        ray.init(address=address, log_to_driver=True)
+        ray.init(address=address, log_to_driver=True,
+                 configure_logging=False)
       else:
-        ray.init(include_dashboard=False, _node_ip_address='127.0.0.1',
+        # 'local': a new Ray of our own, even where another cluster on this
+        # machine left its address behind (/tmp/ray/ray_current_cluster).
+        ray.init(address='local', include_dashboard=False,
+                 _node_ip_address='127.0.0.1',
                  num_cpus=max(2, config.num_actors + 1),
                  log_to_driver=True, configure_logging=False)
       self._owns_ray = True
     else:
       self._owns_ray = False
     self.config = config
-    remote = ray.remote(num_cpus=1, max_restarts=config.max_restarts,
-                        max_task_retries=0)(ActorWorker)
-    self._workers = [remote.remote(config, i) for i in range(
-        config.num_actors)]
+    if actor_resource:
+      available = ray.cluster_resources().get(actor_resource, 0)
+      if available < config.num_actors:
+        if self._owns_ray:
+          ray.shutdown()
+        raise ValueError(
+            f'--ray_actor_resource={actor_resource}: the Ray cluster has '
+            f'{available:g} of it for {config.num_actors} actors; start '
+            f'worker nodes with ray start --resources=\'{{"{actor_resource}"'
+            f': N}}\'.')
+    options = dict(num_cpus=1, num_gpus=0, max_restarts=config.max_restarts,
+                   max_task_retries=0, scheduling_strategy='SPREAD')
+    if actor_resource:
+      options['resources'] = {actor_resource: 1}
+    remote = ray.remote(**options)(RayActorWorker)
+    self._workers = [remote.remote(config, i)
+                     for i in range(config.num_actors)]
     self._weights_ref = None
     self._version = -1
     self._in_flight = {}
     self.num_restarts = 0
+    num = config.num_actors
+    self._incarnations = [None] * num  # Of each actor's last unroll.
+    self._died = [False] * num  # Death counted, new life not yet seen.
+    self._unavailable = [False] * num  # Warned about already.
+    self._retry_at = [0.0] * num  # Monotonic time of the next submit.
 
   def publish(self, weights, version):
     self._weights_ref = self._ray.put(weights)
     self._version = version
 
   def _submit(self, index):
-    ref = self._workers[index].collect.remote(self._weights_ref, self._version)
+    ref = self._workers[index].collect_with_incarnation.remote(
+        self._weights_ref, self._version)
     self._in_flight[ref] = index
 
+  def _count_restart(self, index, what):
+    self.num_restarts += 1
+    logging.warning('Ray actor %d %s; restart %d of at most %d.', index, what,
+                    self.num_restarts, self.config.max_restarts)
+    if self.num_restarts > self.config.max_restarts:
+      raise ActorFailure(
+          f'Ray actors died {self.num_restarts} times, more than '
+          f'--max_actor_restarts={self.config.max_restarts} (last: actor '
+          f'{index} {what}). Replace the lost nodes, or allow more restarts.')
+
   def get(self, timeout: float = 1.0) -> Optional[actor_lib.Trajectories]:
+    """The next trajectories, or None if none came within `timeout`.
+
+    Restarts are counted when an actor's unroll comes from a new life, or
+    when Ray reports the actor died; an actor Ray is still recreating
+    (`ActorUnavailableError`, e.g. its node was lost) is asked again after a
+    second.
+    """
     if self._weights_ref is None:
       raise RuntimeError('RayActorPool.get: publish weights first.')
+    busy = set(self._in_flight.values())
+    now = time.monotonic()
     for index in range(len(self._workers)):
-      if index not in self._in_flight.values():
+      if index not in busy and now >= self._retry_at[index]:
         self._submit(index)
+    if not self._in_flight:
+      time.sleep(min(timeout, 0.1))
+      return None
     ready, _ = self._ray.wait(list(self._in_flight), num_returns=1,
                               timeout=timeout)
     if not ready:
       return None
     index = self._in_flight.pop(ready[0])
     try:
-      result = self._ray.get(ready[0])
+      incarnation, result = self._ray.get(ready[0])
     except self._ray.exceptions.RayTaskError as e:
       raise ActorFailure(f'Ray actor {index} failed: {e}') from e
-    except self._ray.exceptions.RayActorError as e:
-      self.num_restarts += 1
-      logging.warning('Ray actor %d died (%s); restart %d.', index, e,
-                      self.num_restarts)
-      if self.num_restarts > self.config.max_restarts:
-        raise ActorFailure(f'Ray actors died {self.num_restarts} times.') from e
+    except self._ray.exceptions.ActorUnavailableError as e:
+      if not self._unavailable[index]:
+        logging.warning('Ray actor %d unavailable, retrying: %s', index, e)
+      self._unavailable[index] = True
+      self._retry_at[index] = time.monotonic() + 1.0
       return None
+    except self._ray.exceptions.ActorDiedError as e:
+      if e.actor_init_failed:
+        raise ActorFailure(f'Ray actor {index} failed to start: {e}') from e
+      # Counted now; its next life's first unroll is not counted again. A
+      # task sent to an actor Ray gave up on fails at once with this error,
+      # so such an actor soon exhausts the restarts.
+      self._died[index] = True
+      self._retry_at[index] = time.monotonic() + 1.0
+      self._count_restart(index, f'died ({e})')
+      return None
+    known = self._incarnations[index]
+    if known is not None and known != incarnation and not self._died[index]:
+      self._count_restart(index, 'came back in a new process (its process '
+                          'or node was lost)')
+    self._incarnations[index] = incarnation
+    self._died[index] = self._unavailable[index] = False
     self._submit(index)
     return result
+
+  def where(self, timeout: float = 300.0) -> list:
+    """`RayActorWorker.where()` of every actor, waiting for actors that
+    are starting or being recreated (up to `timeout` seconds)."""
+    deadline = time.monotonic() + timeout
+    while True:
+      try:
+        return self._ray.get([w.where.remote() for w in self._workers])
+      except self._ray.exceptions.ActorUnavailableError:
+        if time.monotonic() > deadline:
+          raise
+        time.sleep(1.0)
 
   @property
   def pids(self):
@@ -487,11 +611,11 @@ class RayActorPool:
 
 
 def make_pool(backend: str, config: ActorPoolConfig, weight_shapes,
-              ray_address: Optional[str] = None):
+              ray_address: Optional[str] = None, ray_actor_resource: str = ''):
   if backend == 'local':
     return LocalActorPool(config, weight_shapes)
   if backend == 'inline':
     return InlineActorPool(config)
   if backend == 'ray':
-    return RayActorPool(config, ray_address)
+    return RayActorPool(config, ray_address, ray_actor_resource)
   raise ValueError(f'backend must be one of {BACKENDS}, got {backend!r}.')

@@ -34,6 +34,7 @@ from clear import actor_pool as pool_lib
 from clear import algorithms
 from clear import checkpoint as checkpoint_lib
 from clear import continual
+from clear import devices
 from clear import learner as learner_lib
 from clear import policy as policy_lib
 from clear import progress
@@ -64,7 +65,10 @@ class RunConfig(NamedTuple):
     replay_prefill_unrolls: unrolls put in replay before the first update.
     num_critic_pretrain_frames: frames of critic pretraining.
     backend: 'local', 'inline' or 'ray'; ray_address: a Ray cluster, or ''
-      for a local Ray.
+      for a local Ray; ray_actor_resource: a custom Ray resource each actor
+      needs one unit of (only nodes started with it run actors), or ''.
+    learner_device: 'auto', 'cpu', 'gpu' or a TensorFlow device such as
+      '/GPU:1' (see `devices.learner_device`); actors never use a GPU.
     checkpoint_interval_s, log_interval_s: periods of those writes.
     max_actor_restarts: dead-actor restarts before the run fails.
     allow_empty_replay_on_resume: resume even when the checkpoint's replay
@@ -100,6 +104,8 @@ class RunConfig(NamedTuple):
   num_critic_pretrain_frames: int = 0
   backend: str = 'local'
   ray_address: str = ''
+  ray_actor_resource: str = ''
+  learner_device: str = 'auto'
   checkpoint_interval_s: float = 600.0
   log_interval_s: float = 10.0
   max_actor_restarts: int = 20
@@ -583,8 +589,17 @@ def train(config: RunConfig,
   Writes a checkpoint every `checkpoint_interval_s` and at the end (also
   when stopped early), so running the same config again resumes. A task
   sequence switches the actors to the next task every `frames_per_task`
-  and evaluates every task at each switch.
+  and evaluates every task at each switch. The learner's variables and
+  updates live on `config.learner_device`.
   """
+  device = devices.learner_device(config.learner_device)
+  logging.info('Learner on %s.', device)
+  with tf.device(device):
+    return _train(config, stop_requested, max_updates)
+
+
+def _train(config, stop_requested, max_updates):
+  """`train` on the learner's device."""
   start = time.monotonic()
   os.makedirs(config.logdir, exist_ok=True)
   run = _Run(config)
@@ -608,7 +623,8 @@ def train(config: RunConfig,
                    f'{run.frames:,}')
     return pool_lib.make_pool(config.backend, pool_config,
                               [w.shape for w in weights],
-                              config.ray_address or None)
+                              config.ray_address or None,
+                              config.ray_actor_resource)
 
   pool = make_pool()
   writer = tf.summary.create_file_writer(config.logdir)

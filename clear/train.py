@@ -92,6 +92,15 @@ flags.DEFINE_enum('backend', 'local', ['local', 'inline', 'ray'],
 flags.DEFINE_string('ray_address', '',
                     'Ray cluster address for --backend=ray (empty: a local '
                     'Ray on the loopback address).')
+flags.DEFINE_string('ray_actor_resource', '',
+                    'Custom Ray resource each actor needs one unit of, so '
+                    'actors run only on nodes started with ray start '
+                    '--resources=\'{"NAME": N}\' (never beside the '
+                    'learner); empty: any node with a free CPU.')
+flags.DEFINE_integer('max_actor_restarts', 20,
+                     'Deaths of actors (processes, Ray actors, Ray nodes) '
+                     'tolerated, in all, before the run stops with an '
+                     'error.', lower_bound=0)
 flags.DEFINE_integer('num_actors', 1, 'Actor processes.')
 flags.DEFINE_integer('envs_per_actor', None,
                      'Environments each actor steps as one batch (default: 64 '
@@ -147,6 +156,10 @@ flags.DEFINE_float('entropy_cost', 0.01, 'Weight of the entropy term.')
 flags.DEFINE_bool('clip_advantage', False,
                   'Zero negative advantages in the policy gradient.')
 flags.DEFINE_bool('jit_compile', False, 'Compile the learner step with XLA.')
+flags.DEFINE_string('learner_device', 'auto',
+                    "The learner's TensorFlow device: auto (the first GPU "
+                    'if one is visible, else the CPU), cpu, gpu, or e.g. '
+                    '/GPU:1. Actors never use a GPU.')
 flags.DEFINE_bool('stop_on_nonfinite', False,
                   'Stop at the first update with a non-finite loss or '
                   'gradient (default: skip it, count it and go on).')
@@ -561,6 +574,9 @@ def config_from_flags(f) -> run_loop.RunConfig:
       replay_prefill_unrolls=f.replay_prefill_unrolls,
       num_critic_pretrain_frames=f.num_critic_pretrain_frames,
       backend=f.backend, ray_address=f.ray_address,
+      ray_actor_resource=f.ray_actor_resource,
+      max_actor_restarts=f.max_actor_restarts,
+      learner_device=f.learner_device,
       checkpoint_interval_s=f.checkpoint_interval_s,
       log_interval_s=f.log_interval_s,
       allow_empty_replay_on_resume=f.allow_empty_replay_on_resume,
