@@ -11,6 +11,7 @@ second (T x B / step time) for the learner step, with XLA off and on.
 import json
 import os
 import platform
+import sys
 import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -160,7 +161,10 @@ def main(argv):
   del argv
   t, b = FLAGS.unroll_length, FLAGS.batch_size
   quick = FLAGS.quick
-  device = devices_lib.learner_device(FLAGS.device)
+  try:
+    device = devices_lib.learner_device(FLAGS.device, flag='--device')
+  except ValueError as e:
+    sys.exit(f'error: {e}')
   found = [d.device_type for d in tf.config.list_physical_devices()]
   with tf.device(device):
     result = {

@@ -63,7 +63,7 @@ def visible_gpus() -> list:
   return [d.name for d in tf.config.get_visible_devices('GPU')]
 
 
-def learner_device(name: str = 'auto') -> str:
+def learner_device(name: str = 'auto', flag: str = '--learner_device') -> str:
   """The TensorFlow device the learner runs on, with GPU memory growth on.
 
   Call before the learner builds anything: memory growth can only be set
@@ -73,6 +73,7 @@ def learner_device(name: str = 'auto') -> str:
     name: 'auto' (the first GPU if TensorFlow sees one, else the CPU),
       'cpu', 'gpu' (the first GPU; an error without one), or a TensorFlow
       device such as '/GPU:1'.
+    flag: the flag `name` came from, for the error message.
 
   Returns:
     A device string for `tf.device`, e.g. '/GPU:0' or '/CPU:0'.
@@ -102,5 +103,5 @@ def learner_device(name: str = 'auto') -> str:
   seen = ', '.join(sorted(known.values())) or 'none'
   hint = (' No GPU is visible: the default install is tensorflow-cpu; see '
           'the README for the GPU install.' if not gpus else '')
-  raise ValueError(f'--learner_device={name}: TensorFlow has no such device '
+  raise ValueError(f'{flag}={name}: TensorFlow has no such device '
                    f'(it sees {seen}).{hint}')
