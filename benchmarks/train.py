@@ -12,6 +12,8 @@ process tree, CPU time of the run, mean policy lag and the replay share.
   python -m benchmarks.train --cases=cartpole_clear --quick
   python -m benchmarks.train --cases=ppg_cartpole,sac_pendulum,ddpg_pendulum
   python -m benchmarks.train --cases=minatar_breakout_clear,minatar_space_invaders_clear
+  python -m benchmarks.train --cases=pong_clear_5m_buffer  # fills 62,500 unrolls
+  python -m benchmarks.train --cases=pong_clear --frames=1200000  # 800k buffer full
 
 The MinAtar cases run the family's defaults (64 envs on one actor process,
 LSTM 128; the target is at least 10,000 env frames per second on the
@@ -40,6 +42,8 @@ flags.DEFINE_list('cases', ['cartpole_impala', 'cartpole_clear',
                             'pong_impala', 'pong_clear'], 'Cases to run.')
 flags.DEFINE_bool('quick', False, 'Short runs (a smoke test of the script).')
 flags.DEFINE_string('logdir', '', 'Where runs go (default: a temp folder).')
+flags.DEFINE_integer('frames', 0, 'Env frames for every case, instead of '
+                     'each case\'s own count (0: the case\'s own).')
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -56,6 +60,11 @@ CASES = {
                     300_000, 20_000, 18.0),
     'pong_clear': (['--env=atari:Pong', '--replay_proportion=0.5'],
                    300_000, 20_000, 18.0),
+    # The CLEAR paper's 5M-frame buffer (62,500 Pong unrolls of 80 frames),
+    # run until it is full and then some: its speed and peak memory.
+    'pong_clear_5m_buffer': (['--env=atari:Pong', '--replay_proportion=0.5',
+                              '--replay_buffer_size=62500'],
+                             5_600_000, 20_000, 18.0),
     # The ports, inline (one process: CPU time is the run's whole cost).
     'ppg_cartpole': (['--algorithm=ppg', '--env=gym:CartPole-v1',
                       '--backend=inline'], 150_000, 20_000, 475.0),
@@ -122,7 +131,7 @@ def rate(series, start_time):
 
 def run_case(name, logdir):
   args, frames, quick_frames, threshold = CASES[name]
-  total = quick_frames if FLAGS.quick else frames
+  total = FLAGS.frames or (quick_frames if FLAGS.quick else frames)
   cmd = [sys.executable, '-m', 'clear.train', *args, f'--logdir={logdir}',
          f'--total_environment_frames={total}', '--log_interval_s=5']
   env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='2')

@@ -15,6 +15,12 @@ the task sequence are drawn: in a task's panel its training segments are
 shaded, and every panel marks the boundaries (from the first run that has
 the file).
 
+A run whose event files are gone can still be drawn from a summary JSON
+that `--summary_out` wrote (`--reference=path.json`, or
+`path.json:label` for one of its runs): its trailing means at the
+summary's `--at_frames`, at the first crossing of its threshold and at its
+end, as a dashed line with markers in the training panel.
+
 Event files are read from the local logdir and its subfolders with
 TensorBoard's protos, without TensorFlow. A resumed run's points that a
 later restart went back over are dropped, as TensorBoard does.
@@ -69,6 +75,65 @@ class Run(NamedTuple):
   train_curves: Dict[str, Series]
   schedule: Optional[continual.TaskSchedule]
   run_time: Optional[Series] = None
+
+
+class Reference(NamedTuple):
+  """A run drawn from a summary JSON (`--reference`): its label and the
+  trailing means it recorded, int64 `[N]` env frames and float64 `[N]`
+  means, ordered by frames."""
+  label: str
+  steps: np.ndarray
+  means: np.ndarray
+
+
+def load_references(spec: str) -> List[Reference]:
+  """The runs of a `--summary_out` JSON, as `Reference`s.
+
+  Args:
+    spec: `path.json` (every run in it) or `path.json:label` (one run).
+      A run contributes one reference per training env; its points are
+      `means_at_frames`, (frames_to_threshold, threshold) and (frames,
+      final_mean), where present.
+
+  Raises:
+    ValueError: a missing or unreadable file, an unknown label, or a run
+      without any trailing mean.
+  """
+  path, _, wanted = spec.partition('.json:')
+  path = path if path.endswith('.json') else path + '.json'
+  try:
+    with open(path) as f:
+      summary = json.load(f)
+  except (OSError, ValueError) as e:
+    raise ValueError(f'--reference={spec}: cannot read {path} as a summary '
+                     f'JSON ({e}).') from e
+  if not isinstance(summary, dict):
+    raise ValueError(f'--reference={spec}: {path} is not a summary JSON '
+                     '(clear.plot --summary_out).')
+  if wanted and wanted not in summary:
+    raise ValueError(f'--reference={spec}: no run {wanted!r} in {path}; it '
+                     f'has {sorted(summary)}.')
+  references = []
+  for label in ([wanted] if wanted else summary):
+    training = summary[label].get('training', {}) if isinstance(
+        summary[label], dict) else {}
+    for env, curve in sorted(training.items()):
+      points = {int(k): v for k, v in (curve.get('means_at_frames')
+                                       or {}).items() if v is not None}
+      if curve.get('frames_to_threshold') is not None:
+        points[int(curve['frames_to_threshold'])] = curve['threshold']
+      if curve.get('final_mean') is not None and curve.get('frames'):
+        points[int(curve['frames'])] = curve['final_mean']
+      if not points:
+        continue
+      steps = np.array(sorted(points), np.int64)
+      references.append(Reference(
+          label if len(training) == 1 else f'{label}: {env}', steps,
+          np.array([points[k] for k in steps], np.float64)))
+  if not references:
+    raise ValueError(f'--reference={spec}: {path} holds no trailing means '
+                     'to draw.')
+  return references
 
 
 def _records(path: str):
@@ -232,6 +297,9 @@ class CurveSummary(NamedTuple):
     means_at_frames: dict frames -> the mean of the last `window` returns
       of episodes that ended by then (None if fewer, or if the curve
       stops before those frames), to compare runs at equal frames.
+    min_mean_after_threshold: the lowest trailing mean from the first
+      crossing of `threshold` to the end of the curve: whether a solved
+      task stayed solved (None if never reached).
   """
   episodes: int
   frames: int
@@ -242,6 +310,7 @@ class CurveSummary(NamedTuple):
   seconds_to_threshold: Optional[float]
   run_seconds_to_threshold: Optional[float] = None
   means_at_frames: Optional[Dict[int, Optional[float]]] = None
+  min_mean_after_threshold: Optional[float] = None
 
 
 def _mean_at(steps: np.ndarray, means: np.ndarray, frames: int,
@@ -264,10 +333,11 @@ def summarize_curve(series: Series, window: int = 100,
   seconds are read from `run_time` (see `Run`), and trailing means are
   also taken at each of `at_frames`."""
   means = trailing_means(series.values, window)
-  frames = seconds = run_seconds = None
+  frames = seconds = run_seconds = min_after = None
   if threshold is not None:
     reached = np.flatnonzero(means >= threshold)
     if reached.size:
+      min_after = float(means[reached[0]:].min())
       i = int(reached[0]) + window - 1
       frames = int(series.steps[i])
       start = series.wall_times[0] if start_time is None else start_time
@@ -285,7 +355,8 @@ def summarize_curve(series: Series, window: int = 100,
       seconds_to_threshold=seconds, run_seconds_to_threshold=run_seconds,
       means_at_frames=({int(n): _mean_at(series.steps, means, int(n),
                                          window)
-                        for n in at_frames} if len(at_frames) else None))
+                        for n in at_frames} if len(at_frames) else None),
+      min_mean_after_threshold=min_after)
 
 
 def summarize(runs: Sequence[Run], window: int = 100,
@@ -325,8 +396,10 @@ def _task_order(runs: Sequence[Run]) -> List[str]:
 
 
 def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
-              dpi: int = 100) -> str:
-  """Draws `runs` into the PNG `out` (see the module docstring).
+              dpi: int = 100,
+              references: Sequence[Reference] = ()) -> str:
+  """Draws `runs` (and `references`, in the training panel) into the PNG
+  `out` (see the module docstring).
 
   Returns:
     `out`.
@@ -336,7 +409,7 @@ def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
     ImportError: matplotlib is missing (the message says how to install).
   """
   tasks = _task_order(runs)
-  has_training = any(run.train_curves for run in runs)
+  has_training = any(run.train_curves for run in runs) or bool(references)
   if not tasks and not has_training:
     raise ValueError(
         f'No return curves in {[run.logdir for run in runs]}: expected '
@@ -377,8 +450,13 @@ def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
           ax.plot(series.steps, smooth(series.values, smoothing),
                   color=color, ls=styles[j % len(styles)], lw=1.2,
                   label=label)
+      for i, reference in enumerate(references, start=len(runs)):
+        ax.plot(reference.steps, reference.means,
+                color=colors[i % len(colors)], ls='--', marker='o', ms=3,
+                lw=1.0, label=f'{reference.label} (trailing means)')
       ax.set_title('training episode return', fontsize=9)
-      if len(runs) > 1 or any(len(r.train_curves) > 1 for r in runs):
+      if (len(runs) + len(references) > 1 or
+          any(len(r.train_curves) > 1 for r in runs)):
         ax.legend(fontsize=7)
     else:
       for i, run in enumerate(runs):
@@ -465,6 +543,10 @@ def _define_flags():
                     'mean, to compare runs at equal frames.')
   flags.DEFINE_float('threshold', None, 'Return whose first crossing by the '
                      'trailing mean the summary reports.')
+  flags.DEFINE_multi_string(
+      'reference', [], 'A summary JSON from --summary_out (path.json, or '
+      'path.json:label for one of its runs) whose trailing means are drawn '
+      'beside the runs, for a run whose event files are gone; repeatable.')
   flags.mark_flag_as_required('logdir')
 
 
@@ -489,6 +571,7 @@ def main(argv):
   f = flags.FLAGS
   try:
     runs = load_runs(f.logdir, f.labels, f.tag_prefix, f.train_tag_prefix)
+    references = [r for spec in f.reference for r in load_references(spec)]
     if f.summary_out:
       summary = summarize(runs, f.window, f.threshold,
                           _frame_counts(f.at_frames))
@@ -496,7 +579,7 @@ def main(argv):
       print(json.dumps(summary, indent=1))
       print(f'Wrote {f.summary_out}')
     if f.out:
-      print(f'Wrote {plot_runs(runs, f.out, f.smoothing, f.dpi)}')
+      print(f'Wrote {plot_runs(runs, f.out, f.smoothing, f.dpi, references)}')
   except (ValueError, ImportError) as e:
     sys.exit(f'clear.plot: {e}')
 

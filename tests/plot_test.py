@@ -142,7 +142,8 @@ def test_summarize_curve_by_hand():
   summary = plot.summarize_curve(series, window=2, threshold=2.5)
   assert summary == plot.CurveSummary(
       episodes=5, frames=50, final_mean=3.5, best_mean=3.5, threshold=2.5,
-      frames_to_threshold=40, seconds_to_threshold=7.0)
+      frames_to_threshold=40, seconds_to_threshold=7.0,
+      min_mean_after_threshold=2.5)
   assert plot.summarize_curve(series, 2, 2.5, start_time=90.0) \
       .seconds_to_threshold == 17.0
   # Run time 0 s at frame 0 and 60 s at frame 60: 40 s at frame 40.
@@ -161,6 +162,64 @@ def test_summarize_curve_by_hand():
   at = plot.summarize_curve(series, window=2, at_frames=[35, 10, 50, 60])
   assert at.means_at_frames == {35: 1.5, 10: None, 50: 3.5, 60: None}
   assert summary.means_at_frames is None
+
+
+def test_summary_reports_the_lowest_mean_after_the_threshold():
+  # Returns 0, 4, 4, 1, 1, 4: trailing means of 2 are 2, 4, 2.5, 1, 2.5.
+  # 4 is first reached at the 3rd episode; the lowest mean after is 1.
+  returns = np.array([0.0, 4.0, 4.0, 1.0, 1.0, 4.0])
+  series = plot.Series(np.arange(1, 7) * 10, returns,
+                       np.arange(6, dtype=float))
+  summary = plot.summarize_curve(series, window=2, threshold=4.0)
+  assert (summary.frames_to_threshold, summary.min_mean_after_threshold) == (
+      30, 1.0)
+  # Never reached: nothing to report; no threshold: nothing either.
+  assert plot.summarize_curve(series, 2, 4.5).min_mean_after_threshold is None
+  assert plot.summarize_curve(series, 2).min_mean_after_threshold is None
+  # A curve that stays up reports its threshold-or-better low.
+  steady = plot.Series(np.arange(1, 5) * 10, np.array([5.0, 5.0, 6.0, 5.0]),
+                       np.arange(4, dtype=float))
+  assert plot.summarize_curve(steady, 2, 4.0).min_mean_after_threshold == 5.0
+
+
+def test_references_come_from_a_written_summary(runs, tmp_path):
+  logdirs, _ = runs
+  loaded = plot.load_runs(logdirs, ['a', 'b'])
+  path = str(tmp_path / 'summary.json')
+  continual.write_json(path, plot.summarize(loaded, window=4, threshold=10,
+                                            at_frames=[100, 50]))
+  # Run a: returns step / 10 at steps 0, 25, ..., 225, trailing means of 4.
+  # By frame 50 only 3 episodes ended (no mean, no point); by 100 the mean
+  # is 6.25; 10 is first reached at 150 (drawn at 10); the last 4 average
+  # 18.75.
+  with open(path) as f:
+    curve = json.load(f)['a']['training'][SEQUENCE]
+  one = plot.load_references(path + ':a')
+  assert [r.label for r in one] == ['a']
+  expected = {int(k): v for k, v in curve['means_at_frames'].items()
+              if v is not None}
+  expected[curve['frames_to_threshold']] = 10.0
+  expected[curve['frames']] = curve['final_mean']
+  np.testing.assert_array_equal(one[0].steps, sorted(expected))
+  np.testing.assert_allclose(one[0].means,
+                             [expected[k] for k in sorted(expected)])
+  assert one[0].steps.tolist() == [100, 150, 225]
+  assert one[0].means.tolist() == [6.25, 10.0, 18.75]
+  assert [r.label for r in plot.load_references(path)] == ['a', 'b']
+  out = plot.plot_runs(loaded[:1], str(tmp_path / 'ref.png'),
+                       references=one)
+  assert _png_size(out)[0] > 0
+  # References alone are enough for a figure.
+  assert _png_size(plot.plot_runs([], str(tmp_path / 'only.png'),
+                                  references=one))[0] > 0
+  with pytest.raises(ValueError, match="no run 'c'"):
+    plot.load_references(path + ':c')
+  with pytest.raises(ValueError, match='cannot read'):
+    plot.load_references(str(tmp_path / 'missing.json'))
+  bare = str(tmp_path / 'bare.json')
+  continual.write_json(bare, {'a': {'training': {'x': {'frames': 5}}}})
+  with pytest.raises(ValueError, match='no trailing means'):
+    plot.load_references(bare)
 
 
 def test_frame_counts_parse_or_say_what_is_wrong():

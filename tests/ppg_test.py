@@ -15,6 +15,7 @@ from agents import torsos
 from clear import checkpoint as checkpoint_lib
 from clear import policy as policy_lib
 from clear import ppg
+from clear import ppg_losses
 from clear import run_loop
 from clear import types
 from clear import value_estimators
@@ -90,9 +91,9 @@ def test_ppo_surrogate_loss_matches_slow_reference(clip_ratio, entropy_cost):
   rng = np.random.default_rng(0)
   logits, old_logits, actions = _random_heads(rng, 12)
   advantages = rng.normal(size=12).astype(np.float32)
-  loss, extra = ppg.ppo_surrogate_loss(logits, old_logits, actions,
-                                       advantages, clip_ratio, entropy_cost)
-  assert isinstance(extra, ppg.PPOSurrogateExtra)
+  loss, extra = ppg_losses.ppo_surrogate_loss(
+      logits, old_logits, actions, advantages, clip_ratio, entropy_cost)
+  assert isinstance(extra, ppg_losses.PPOSurrogateExtra)
   _assert_close(loss, _slow_ppo(logits, old_logits, actions, advantages,
                                 clip_ratio, entropy_cost))
   _assert_close(extra.policy_loss, _slow_ppo(
@@ -110,8 +111,8 @@ def test_ppo_surrogate_loss_single_head_and_masked_choices():
   old_logits = logits + 0.2
   actions = rng.integers(0, 3, 6).astype(np.int32)
   advantages = rng.normal(size=6).astype(np.float32)
-  loss, extra = ppg.ppo_surrogate_loss(logits, old_logits, actions,
-                                       advantages, 0.2, 0.01)
+  loss, extra = ppg_losses.ppo_surrogate_loss(logits, old_logits, actions,
+                                              advantages, 0.2, 0.01)
   expected = _slow_ppo({'a': logits}, {'a': old_logits}, {'a': actions},
                        advantages, 0.2, 0.01)
   _assert_close(loss, expected)
@@ -122,8 +123,8 @@ def test_ppo_surrogate_loss_single_head_and_masked_choices():
 def test_clipped_value_loss_matches_slow_reference(value_clip):
   rng = np.random.default_rng(2)
   values, old_values, returns = rng.normal(size=(3, 20)).astype(np.float32)
-  loss, extra = ppg.clipped_value_loss(values, old_values, returns,
-                                       value_clip)
+  loss, extra = ppg_losses.clipped_value_loss(values, old_values, returns,
+                                              value_clip)
   expected = _slow_value_loss(values, old_values, returns, value_clip)
   _assert_close(loss, expected)
   _assert_close(extra.unclipped, 0.5 * (values - returns)**2)
@@ -133,8 +134,8 @@ def test_clipped_value_loss_matches_slow_reference(value_clip):
     _assert_close(extra.clipped, expected > extra.unclipped.numpy() + 1e-7)
     assert np.any(extra.clipped)
   # A tensor radius gives the same numbers.
-  tensor_loss, _ = ppg.clipped_value_loss(values, old_values, returns,
-                                          tf.constant(value_clip))
+  tensor_loss, _ = ppg_losses.clipped_value_loss(values, old_values, returns,
+                                                 tf.constant(value_clip))
   _assert_close(tensor_loss, expected)
 
 
@@ -143,15 +144,16 @@ def test_ppg_aux_loss_matches_slow_reference(bc_weight):
   rng = np.random.default_rng(3)
   logits, old_logits, _ = _random_heads(rng, 9)
   aux_values, returns = rng.normal(size=(2, 9)).astype(np.float32)
-  loss, extra = ppg.ppg_aux_loss(logits, old_logits, aux_values, returns,
-                                 bc_weight)
+  loss, extra = ppg_losses.ppg_aux_loss(logits, old_logits, aux_values,
+                                        returns, bc_weight)
   _assert_close(loss, _slow_aux(logits, old_logits, aux_values, returns,
                                 bc_weight))
   _assert_close(extra.aux_value_loss, 0.5 * (aux_values - returns)**2)
   _assert_close(extra.bc_kl, _slow_aux(logits, old_logits, returns, returns,
                                        1.0))
   # KL of a policy with itself is zero.
-  _, same = ppg.ppg_aux_loss(logits, logits, aux_values, returns, bc_weight)
+  _, same = ppg_losses.ppg_aux_loss(logits, logits, aux_values, returns,
+                                    bc_weight)
   _assert_close(same.bc_kl, np.zeros(9))
 
 
@@ -165,10 +167,12 @@ def test_losses_under_tf_function_with_unknown_batch():
 
   @tf.function(input_signature=[logit_spec, logit_spec, action_spec, spec])
   def compiled(logits, old_logits, actions, values):
-    ppo, _ = ppg.ppo_surrogate_loss(logits, old_logits, actions, values, 0.2,
-                                    0.01)
-    value, _ = ppg.clipped_value_loss(values, values * 0.5, values * 2, 0.3)
-    aux, _ = ppg.ppg_aux_loss(logits, old_logits, values, values * 2, 1.0)
+    ppo, _ = ppg_losses.ppo_surrogate_loss(logits, old_logits, actions,
+                                           values, 0.2, 0.01)
+    value, _ = ppg_losses.clipped_value_loss(values, values * 0.5,
+                                             values * 2, 0.3)
+    aux, _ = ppg_losses.ppg_aux_loss(logits, old_logits, values, values * 2,
+                                     1.0)
     return ppo, value, aux
 
   for num_samples in (1, 7):
@@ -195,10 +199,10 @@ def test_dead_gradients():
              'advantages': advantages}
   with tf.GradientTape(persistent=True) as tape:
     tape.watch(tree.flatten(sources))
-    ppo, _ = ppg.ppo_surrogate_loss(logits, old_logits, actions, advantages,
-                                    0.2, 0.01)
-    value, _ = ppg.clipped_value_loss(values, old_values, returns, 0.2)
-    aux, _ = ppg.ppg_aux_loss(logits, old_logits, values, returns, 1.0)
+    ppo, _ = ppg_losses.ppo_surrogate_loss(logits, old_logits, actions,
+                                           advantages, 0.2, 0.01)
+    value, _ = ppg_losses.clipped_value_loss(values, old_values, returns, 0.2)
+    aux, _ = ppg_losses.ppg_aux_loss(logits, old_logits, values, returns, 1.0)
     ppo, value, aux = (tf.reduce_sum(x) for x in (ppo, value, aux))
 
   def receivers(loss):
@@ -242,14 +246,14 @@ def test_losses_reject_bad_ranks(fn, args, message):
   base.update(args)
   with pytest.raises(ValueError, match=message):
     if fn == 'ppo':
-      ppg.ppo_surrogate_loss(base['logits'], base['old_logits'],
-                             base['actions'], base['advantages'], 0.2)
+      ppg_losses.ppo_surrogate_loss(base['logits'], base['old_logits'],
+                                    base['actions'], base['advantages'], 0.2)
     elif fn == 'value':
-      ppg.clipped_value_loss(base['values'], base['old_values'],
-                             base['returns'], 0.2)
+      ppg_losses.clipped_value_loss(base['values'], base['old_values'],
+                                    base['returns'], 0.2)
     else:
-      ppg.ppg_aux_loss(base['logits'], base['old_logits'],
-                       base['aux_values'], base['returns'], 1.0)
+      ppg_losses.ppg_aux_loss(base['logits'], base['old_logits'],
+                              base['aux_values'], base['returns'], 1.0)
 
 
 # --- Value normaliser ---------------------------------------------------------
