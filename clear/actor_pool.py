@@ -540,8 +540,9 @@ class RayActorPool:
 
     Restarts are counted when an actor's unroll comes from a new life, or
     when Ray reports the actor died; an actor Ray is still recreating
-    (`ActorUnavailableError`, e.g. its node was lost) is asked again after a
-    second.
+    (`ActorUnavailableError`, e.g. its node was lost), or whose finished
+    unroll was lost with its node's object store (`ObjectLostError`), is
+    asked again after a second.
     """
     if self._weights_ref is None:
       raise RuntimeError('RayActorPool.get: publish weights first.')
@@ -566,6 +567,16 @@ class RayActorPool:
       if not self._unavailable[index]:
         logging.warning('Ray actor %d unavailable, retrying: %s', index, e)
       self._unavailable[index] = True
+      self._retry_at[index] = time.monotonic() + 1.0
+      return None
+    except self._ray.exceptions.ObjectLostError as e:
+      # The unroll was finished, but it sat in the object store of a node
+      # that was lost before the learner fetched it: it was never accepted,
+      # so nothing is lost but its frames. The actor's death is counted
+      # when Ray reports it, or when its next life returns an unroll.
+      logging.warning('Ray actor %d: its last unroll was lost with its '
+                      'node; asking again: %s', index,
+                      str(e).splitlines()[0])
       self._retry_at[index] = time.monotonic() + 1.0
       return None
     except self._ray.exceptions.ActorDiedError as e:

@@ -221,3 +221,104 @@ def test_local_pool_delivers_versioned_unrolls_restarts_and_cleans_up():
   assert not left, [p.cmdline() for p in left]
   assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE
                  for c in children)
+
+
+class FakeRayForTest:
+  """Just enough of the `ray` module for `RayActorPool`, with Ray's real
+  exception classes: each actor's tasks finish, in order, with the outcomes
+  scripted for it (a (incarnation, result) pair or an exception)."""
+
+  def __init__(self, scripts):
+    import ray.exceptions  # pylint: disable=g-import-not-at-top
+    self.exceptions = ray.exceptions
+    self.scripts = scripts
+    self.submitted = collections.Counter()
+    self._outcomes = {}
+
+  def is_initialized(self):
+    return True
+
+  def put(self, value):
+    return ('weights', value)
+
+  def remote(self, **options):
+    del options
+    fake = self
+
+    class Handle:
+
+      def __init__(self, index):
+        self.index = index
+        self.collect_with_incarnation = self
+
+      def remote(self, weights_ref, version):
+        del weights_ref, version
+        fake.submitted[self.index] += 1
+        ref = object()
+        fake._outcomes[ref] = fake.scripts[self.index].pop(0)
+        return ref
+
+    class Remote:
+
+      @staticmethod
+      def remote(config, index):
+        del config
+        return Handle(index)
+
+    return lambda cls: Remote
+
+  def wait(self, refs, num_returns, timeout):
+    del num_returns, timeout
+    return refs[:1], refs[1:]
+
+  def get(self, ref):
+    outcome = self._outcomes.pop(ref)
+    if isinstance(outcome, Exception):
+      raise outcome
+    return outcome
+
+
+def ray_pool_with_fake(monkeypatch, scripts, **config):
+  import sys  # pylint: disable=g-import-not-at-top
+  fake = FakeRayForTest(scripts)
+  monkeypatch.setitem(sys.modules, 'ray', fake)
+  pool = actor_pool.RayActorPool(pool_config(**config))
+  pool.publish([np.zeros(2)], 0)
+  return fake, pool
+
+
+def lost_unroll():
+  import ray.exceptions  # pylint: disable=g-import-not-at-top
+  return ray.exceptions.ObjectReconstructionFailedError('ab' * 14)
+
+
+def test_ray_pool_asks_again_for_an_unroll_lost_with_its_node(monkeypatch):
+  # Actor 0's second unroll is lost with its node's object store; its next
+  # one comes from a new life, which counts as the one restart.
+  fake, pool = ray_pool_with_fake(monkeypatch, {
+      0: [(1, 'a'), lost_unroll(), (2, 'c'), (2, 'd')],
+      1: [(5, 'b'), (5, 'e'), (5, 'f'), (5, 'g')]}, max_restarts=1)
+  assert pool.get() == 'a'
+  assert pool.get() == 'b'
+  assert pool.get() is None  # The lost unroll: nothing to train on.
+  assert pool.num_restarts == 0
+  assert pool.get() == 'e'  # Actor 0 waits a second before it is asked.
+  assert fake.submitted[0] == 2
+  time.sleep(1.1)
+  results = [pool.get(), pool.get()]
+  assert 'c' in results and pool.num_restarts == 1
+  assert fake.submitted[0] == 4  # 'c' came, and the actor was asked again.
+
+
+def test_ray_pool_stops_when_a_lost_node_took_more_actors_than_allowed(
+    monkeypatch):
+  import ray.exceptions  # pylint: disable=g-import-not-at-top
+  _, pool = ray_pool_with_fake(monkeypatch, {
+      0: [lost_unroll(), ray.exceptions.ActorDiedError()],
+      1: [(5, 'b'), (5, 'c'), (5, 'd')]}, max_restarts=0)
+  assert pool.get() is None
+  assert pool.num_restarts == 0
+  time.sleep(1.1)
+  with pytest.raises(actor_pool.ActorFailure, match='max_actor_restarts=0'):
+    for _ in range(3):
+      pool.get()
