@@ -542,12 +542,12 @@ def test_truncated_steps_are_cut_out_of_the_targets_and_the_data(eager):
   cuts = {1: 3, 2: 6}  # Column: env_outputs row holding the reset obs.
   for b, row in cuts.items():
     env.done[row, b] = env.truncated[row, b] = True
-  data, _, _ = policy._evaluate_batch(batch)  # pylint: disable=protected-access
-
   flat = {k: v.reshape((28,) + v.shape[2:])
           for k, v in env.observation.items()}
+  # Values as the batch is evaluated: before it updates the normaliser.
   values = policy.agent.normalizer.denormalize(
       policy.agent.value_network(flat)).numpy().reshape(7, 4)
+  data, _, _ = policy._evaluate_batch(batch)  # pylint: disable=protected-access
   gamma, lambda_ = 0.99, 0.95
   expected = {}
   for b in range(4):
@@ -564,13 +564,70 @@ def test_truncated_steps_are_cut_out_of_the_targets_and_the_data(eager):
   kept_rows = [t * 4 + b for t in range(6) for b in range(4)
                if not (b in cuts and t == cuts[b] - 1)]
   assert sorted(expected) == kept_rows
-  np.testing.assert_allclose(data['targets'].numpy(),
+  np.testing.assert_allclose(data['returns'].numpy(),
                              [expected[i] for i in kept_rows], rtol=1e-5,
                              atol=1e-5)
+  # The value network learns them standardised (normalize_value).
+  normalizer = policy.agent.normalizer
+  np.testing.assert_allclose(
+      data['targets'].numpy(),
+      (data['returns'].numpy() - normalizer.mean.numpy()) /
+      normalizer.std.numpy(), rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(
       data['observation']['vector'].numpy(),
       env.observation['vector'][:-1].reshape(24, -1)[kept_rows])
   assert data['advantages'].shape[0] == 22
+
+
+def test_aux_phase_normalises_stored_returns_with_its_own_statistics(
+    eager, monkeypatch):
+  # The memory keeps returns in return units; the aux phase normalises all
+  # of them with the statistics of its own time, which the second batch
+  # has moved far from those the first batch was trained with.
+  spec = testing.control_spec()
+  policy = ppg.PPGPolicy(spec, _AGENT, _config(
+      normalize_value=True, aux_freq=2, aux_train_epoch=1,
+      num_minibatches=1, aux_num_minibatches=1), seed=0)
+  rng = np.random.default_rng(12)
+  seen = {'value': [], 'aux': []}
+  real_value_loss = ppg_losses.clipped_value_loss
+  real_aux_loss = ppg_losses.ppg_aux_loss
+
+  def recording_value_loss(values, old_values, targets, value_clip):
+    seen['value'].append(targets.numpy())
+    return real_value_loss(values, old_values, targets, value_clip)
+
+  def recording_aux_loss(logits, old_logits, aux_values, returns, bc_weight):
+    seen['aux'].append(returns.numpy())
+    return real_aux_loss(logits, old_logits, aux_values, returns, bc_weight)
+
+  monkeypatch.setattr(ppg_losses, 'clipped_value_loss', recording_value_loss)
+  monkeypatch.setattr(ppg_losses, 'ppg_aux_loss', recording_aux_loss)
+  normalizer = policy.agent.normalizer
+  reward = lambda s: lambda a: np.full(a['action'].shape, s, np.float32)
+  policy.learn(_batch(spec, 6, 4, rng, reward(1.0), done_prob=0.3))
+  first = policy._memory[0]['returns'].numpy()  # pylint: disable=protected-access
+  first_mean, first_std = normalizer.mean.numpy(), normalizer.std.numpy()
+  # The value network learned the first batch's returns normalised then.
+  np.testing.assert_allclose(np.sort(seen['value'][0]),
+                             np.sort((first - first_mean) / first_std),
+                             rtol=1e-5, atol=1e-5)
+  real_phase = policy._aux_phase  # pylint: disable=protected-access
+
+  def recording_phase(memory, num_minibatches):
+    seen['memory'] = memory['returns'].numpy()
+    return real_phase(memory, num_minibatches)
+
+  policy._aux_phase = recording_phase  # pylint: disable=protected-access
+  stats = policy.learn(_batch(spec, 6, 4, rng, reward(20.0), done_prob=0.3))
+  assert 'aux/value_loss' in stats
+  mean, std = normalizer.mean.numpy(), normalizer.std.numpy()
+  assert abs(mean - first_mean) > 5.0 and abs(std - first_std) > 1.0
+  np.testing.assert_array_equal(seen['memory'][:len(first)], first)
+  assert len(seen['aux']) == 1
+  np.testing.assert_allclose(np.sort(seen['aux'][0]),
+                             np.sort((seen['memory'] - mean) / std),
+                             rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize('estimator', value_estimators.ESTIMATORS)

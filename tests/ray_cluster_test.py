@@ -93,6 +93,7 @@ def test_a_run_loses_a_worker_node_keeps_learning_and_resumes(
     def get_losing_a_node(pool, timeout=1.0):
       """Fault injection around the real `get`: a worker node dies."""
       result = real_get(pool, timeout)
+      seen['restarts'] = pool.num_restarts
       if result is not None:
         seen['unrolls'] += 1
         if seen['unrolls'] == lose_at:
@@ -106,8 +107,11 @@ def test_a_run_loses_a_worker_node_keeps_learning_and_resumes(
     monkeypatch.setattr(actor_pool.RayActorPool, 'get', get_losing_a_node)
     config = cartpole_config(tmp_path, '--total_environment_frames=60000',
                              ray_address=cluster.address)
+    # Stopped once the recreated actor has delivered (its new life is then
+    # counted), which may take longer than the other actor's 20 unrolls.
     first = run_loop.train(
-        config, stop_requested=lambda: seen['unrolls'] >= stop_at)
+        config, stop_requested=lambda: (seen['unrolls'] >= stop_at and
+                                        seen['restarts'] >= 1))
 
     # Spread over both worker nodes, none beside the learner, no GPU.
     before = {actor['node_id'] for actor in seen['before']}

@@ -472,3 +472,19 @@ def test_test_mode_records_an_episode_as_a_gif(tmp_path, cartpole_v0_run):
   assert "error: --record draws an image observation, and " in result.stderr
   assert "'gym:CartPole-v0' has none" in result.stderr
   assert not os.path.exists(tmp_path / 'cartpole.gif')
+
+
+@pytest.mark.slow  # About a minute on 2 cores: run by .ci/run's slow step.
+def test_ppg_solves_cartpole_and_stays_solved(tmp_path):
+  # PPG with its defaults used to reach 475 and then collapse (to 27 within
+  # 500k frames); the dips came between 90k and 120k frames.
+  logdir = str(tmp_path / 'ppg')
+  result = run_binary('--algorithm=ppg', '--env=gym:CartPole-v1',
+                      '--backend=inline', '--total_environment_frames=200000',
+                      '--seed=3', '--logdir=' + logdir, timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  run = plot.load_run(logdir)
+  summary = plot.summarize_curve(run.train_curves['gym:CartPole-v1'],
+                                 threshold=475.0)
+  assert summary.frames_to_threshold is not None, summary
+  assert summary.min_mean_after_threshold >= 450.0, summary
