@@ -474,7 +474,7 @@ def test_test_mode_records_an_episode_as_a_gif(tmp_path, cartpole_v0_run):
   assert not os.path.exists(tmp_path / 'cartpole.gif')
 
 
-@pytest.mark.slow  # About a minute on 2 cores: run by .ci/run's slow step.
+@pytest.mark.slow  # About 30 s on 2 cores: run by .ci/run's slow step.
 def test_ppg_solves_cartpole_and_stays_solved(tmp_path):
   # PPG with its defaults used to reach 475 and then collapse (to 27 within
   # 500k frames); the dips came between 90k and 120k frames.

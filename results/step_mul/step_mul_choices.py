@@ -9,14 +9,15 @@ and the share of each multiplier.
       --window=1000000 --out=choices.json
 """
 
-import glob
 import json
-import os
+import sys
 
 from absl import app
 from absl import flags
 import numpy as np
 import tensorflow as tf
+
+from clear import plot
 
 flags.DEFINE_string('logdir', None, 'A run directory with event files.')
 flags.DEFINE_integer('window', 1_000_000, 'Env frames per reported window.')
@@ -28,7 +29,7 @@ FLAGS = flags.FLAGS
 def read_counts(logdir, max_step_mul):
   """{env frame step: counts of actions 0 .. max_step_mul - 1}."""
   counts = {}
-  for path in sorted(glob.glob(os.path.join(logdir, 'events.out.tfevents.*'))):
+  for path in plot.event_files(logdir):
     for event in tf.compat.v1.train.summary_iterator(path):
       for value in event.summary.value:
         if value.tag != 'action/step_mul':
@@ -36,11 +37,11 @@ def read_counts(logdir, max_step_mul):
         buckets = tf.make_ndarray(value.tensor)  # [k, 3]: left, right, count.
         row = np.zeros(max_step_mul)
         for left, right, count in buckets:
-          # Buckets are narrower than 1 around integer actions; a bucket
-          # holding one integer gives it all of its count.
-          action = int(np.ceil(left - 1e-6)) if right - left < 1 else None
-          if action is None:
+          # Buckets narrower than 1 hold at most one integer action, which
+          # gets all of the bucket's count.
+          if right - left >= 1:
             raise ValueError(f'bucket [{left}, {right}] spans several actions')
+          action = int(np.ceil(left - 1e-6))
           if count and 0 <= action < max_step_mul:
             row[action] += count
         counts[event.step] = row
@@ -49,7 +50,10 @@ def read_counts(logdir, max_step_mul):
 
 def main(argv):
   del argv
-  counts = read_counts(FLAGS.logdir, FLAGS.max_step_mul)
+  try:
+    counts = read_counts(FLAGS.logdir, FLAGS.max_step_mul)
+  except ValueError as e:  # A missing logdir, or buckets it cannot read.
+    sys.exit(f'error: {e}')
   windows = {}
   for step, row in counts.items():
     windows.setdefault(step // FLAGS.window, []).append(row)
