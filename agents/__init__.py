@@ -6,18 +6,21 @@ Public API:
   Agent.initial_state(batch_size), Agent.step(env_output, prev_action, state),
   Agent.unroll(prev_actions, env_outputs, state), Agent.critic_variables,
   Agent.policy_variables, Agent.rng.
-  NETWORKS, MASKED_LOGIT.
+  NETWORKS, CORES, LSTM_INITS, MASKED_LOGIT.
 
 Modules: `agent` (Agent, make_agent), `torsos` (observation encoders),
-`heads` (policy heads, masking, sampling), `cores` (resetting core),
+`heads` (policy heads, masking, sampling), `cores` (resetting core,
+layer-normalised LSTM),
 `initializers` (seeded weight init).
 """
 
 from agents.agent import Agent
+from agents.agent import CORES
+from agents.agent import LSTM_INITS
 from agents.agent import make_agent
 from agents.agent import NETWORKS
 from agents.agent import resolve_network
 from agents.heads import MASKED_LOGIT
 
-__all__ = ['Agent', 'make_agent', 'NETWORKS', 'resolve_network',
-           'MASKED_LOGIT']
+__all__ = ['Agent', 'make_agent', 'NETWORKS', 'CORES', 'LSTM_INITS',
+           'resolve_network', 'MASKED_LOGIT']

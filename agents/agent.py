@@ -7,7 +7,11 @@ env_output, see `clear.types`), and returns a `clear.types.AgentOutput`.
 Core input (IMPALA): torso features, the reward clipped to [-1, 1], and a
 one-hot encoding of the previous action of every non-spatial head. The core
 state of a row is reset to the initial state where `done` is set, before the
-row's observation is processed.
+row's observation is processed. The core is `snt.LSTM` or a layer-normalised
+LSTM (`cores.LayerNormLSTM`), its kernels drawn per block by fan-in or
+Glorot-uniform over the concatenated kernel as in TF1 (`lstm_init`), and
+the gradient it sends back into the torso features can be scaled
+(`torso_grad_scale`); see `make_agent`.
 
 `unroll` applies the torso and heads once to the merged `[T * B, ...]` batch
 and runs only the core over time (`cores.unroll`, a `tf.while_loop` built
@@ -24,7 +28,7 @@ memory, enough where frames are stacked): the heads read the core input
 itself, and the state is the empty dict.
 """
 
-from typing import Callable, Dict, Mapping, Optional, Tuple
+from typing import Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
 import sonnet as snt
@@ -38,6 +42,9 @@ from clear import types
 
 NETWORKS = ('auto', 'impala_shallow', 'impala_deep', 'mlp', 'fullyconv',
             'minatar')
+
+CORES = ('lstm', 'layer_norm_lstm')
+LSTM_INITS = ('fan_in', 'glorot')
 
 # 'auto' gives a single image no larger than this on both sides (MinAtar's
 # 10x10 boards) the small MinAtar torso instead of IMPALA's 84x84 one.
@@ -63,21 +70,39 @@ def _split_time_batch(y: tf.Tensor, time_batch) -> tf.Tensor:
   return tf.reshape(y, list(time_batch) + y.shape[1:].as_list())
 
 
-def _make_core(core_size: int, w_init):
+class CoreOptions(NamedTuple):
+  """How the recurrent core is built (see `make_agent`)."""
+  core: str = 'lstm'
+  lstm_init: str = 'fan_in'
+  torso_grad_scale: float = 1.0
+
+
+def _make_core(core_size: int, w_init, options: CoreOptions, init_rng):
   """An LSTM of `core_size` units, or None (feed-forward) for 0."""
   if core_size == 0:
     return None
+  if options.lstm_init == 'glorot':
+    w_init = initializers.SeededLSTMGlorot(init_rng, core_size)
+  if options.core == 'layer_norm_lstm':
+    return cores.LayerNormLSTM(core_size, w_init, name='lstm')
   return snt.LSTM(core_size, w_i_init=w_init, w_h_init=w_init, name='lstm')
+
+
+def scale_gradient(x: tf.Tensor, scale: float) -> tf.Tensor:
+  """`x` forwards; its gradient is multiplied by `scale` backwards."""
+  if scale == 1.0:
+    return x
+  return scale * x + (1.0 - scale) * tf.stop_gradient(x)
 
 
 class _Critic(snt.Module):
   """A separate value network: its own torso, LSTM and baseline head."""
 
   def __init__(self, torso: snt.Module, core_size: int, w_init,
-               name: str = 'critic'):
+               options: CoreOptions, init_rng, name: str = 'critic'):
     super().__init__(name=name)
     self.torso = torso
-    self.core = _make_core(core_size, w_init)
+    self.core = _make_core(core_size, w_init, options, init_rng)
     self.baseline = snt.Linear(1, w_init=w_init, name='baseline')
 
 
@@ -102,6 +127,7 @@ class Agent(snt.Module):
                separate_critic: bool = False,
                seed: int = 0,
                spatial_hidden_channels: int = 16,
+               core_options: CoreOptions = CoreOptions(),
                name: str = 'agent'):
     """See `make_agent`; `make_torso(name, w_init)` returns a new torso."""
     super().__init__(name=name)
@@ -116,15 +142,16 @@ class Agent(snt.Module):
 
     with self.name_scope:
       self.rng = tf.random.Generator.from_seed(seed)
+    self._core_options = core_options
     self._torso = make_torso('torso', w_init)
-    self._core = _make_core(core_size, w_init)
+    self._core = _make_core(core_size, w_init, core_options, init_rng)
     resolutions = getattr(self._torso, 'resolutions', ())
     self._heads = heads.PolicyHeads(
         self._action_spec, w_init, spatial_resolutions=resolutions,
         spatial_hidden_channels=spatial_hidden_channels)
     if separate_critic:
       self._critic = _Critic(make_torso('critic_torso', w_init), core_size,
-                             w_init)
+                             w_init, core_options, init_rng)
       self._baseline = None
     else:
       self._critic = None
@@ -241,9 +268,11 @@ class Agent(snt.Module):
     the final state (None for a feed-forward agent: the core input is the
     output)."""
     time_batch = _time_batch_dims(done)
-    inputs = tf.concat([_split_time_batch(features, time_batch), extras], -1)
     if core is None:
+      inputs = tf.concat([_split_time_batch(features, time_batch), extras], -1)
       return _merge_time_batch(inputs), None
+    features = scale_gradient(features, self._core_options.torso_grad_scale)
+    inputs = tf.concat([_split_time_batch(features, time_batch), extras], -1)
     outputs, final_state = cores.unroll(core, inputs, done, state)
     return _merge_time_batch(outputs), final_state
 
@@ -370,7 +399,10 @@ def make_agent(env_spec: types.EnvSpec,
                seed: int = 0,
                torso_size: Optional[int] = None,
                mlp_sizes=(256, 256),
-               spatial_hidden_channels: int = 16) -> Agent:
+               spatial_hidden_channels: int = 16,
+               core: str = 'lstm',
+               lstm_init: str = 'fan_in',
+               torso_grad_scale: float = 1.0) -> Agent:
   """Builds an IMPALA agent for `env_spec`.
 
   Args:
@@ -389,6 +421,15 @@ def make_agent(env_spec: types.EnvSpec,
       each torso's own (256; 128 for minatar, as MinAtar's network).
     mlp_sizes: hidden sizes of the MLP torso.
     spatial_hidden_channels: hidden channels of FullyConv spatial heads.
+    core: 'lstm' (`snt.LSTM`) or 'layer_norm_lstm'
+      (`cores.LayerNormLSTM`).
+    lstm_init: 'fan_in' (`initializers.SeededFanIn`, Sonnet's default: std
+      1/sqrt(fan-in) for each kernel block) or 'glorot'
+      (`initializers.SeededLSTMGlorot`, TF1's and scalable_agent's
+      Glorot-uniform over the concatenated kernel).
+    torso_grad_scale: the gradient from the core into the torso features is
+      multiplied by this (1: unchanged); the forward pass is unchanged.
+      No effect on a feed-forward agent.
 
   Returns:
     An `Agent` with its variables built.
@@ -404,6 +445,14 @@ def make_agent(env_spec: types.EnvSpec,
     raise ValueError('core_size must be an int >= 0 (0: feed-forward), got '
                      f'{core_size!r}')
   _check_action_spec(env_spec.action_spec, env_spec.observation_spec)
+  if core not in CORES:
+    raise ValueError(f'core must be one of {CORES}, got {core!r}')
+  if lstm_init not in LSTM_INITS:
+    raise ValueError(f'lstm_init must be one of {LSTM_INITS}, got '
+                     f'{lstm_init!r}')
+  if not (np.isfinite(torso_grad_scale) and torso_grad_scale >= 0):
+    raise ValueError(f'torso_grad_scale must be a finite number >= 0, got '
+                     f'{torso_grad_scale!r}')
   network = resolve_network(env_spec, network)
   obs_spec = env_spec.observation_spec
   mask_keys = {s.mask_key for s in env_spec.action_spec.values()
@@ -425,4 +474,6 @@ def make_agent(env_spec: types.EnvSpec,
 
   return Agent(env_spec, make_torso, core_size=int(core_size),
                separate_critic=bool(separate_critic), seed=seed,
-               spatial_hidden_channels=spatial_hidden_channels)
+               spatial_hidden_channels=spatial_hidden_channels,
+               core_options=CoreOptions(core, lstm_init,
+                                        float(torso_grad_scale)))

@@ -33,6 +33,67 @@ class ResettingCore(snt.RNNCore):
 
 
 
+class LayerNormLSTM(snt.RNNCore):
+  """An LSTM with layer normalisation (Ba, Kiros and Hinton, 2016).
+
+  The gates' pre-activations `x W_i + h W_h` `[B, 4H]` are normalised per
+  gate (input, forget, cell, output: Sonnet's order) over their H units,
+  then scaled and shifted by learned `[4, H]` gains and offsets (the
+  offsets take the place of the bias; the forget gate's start at
+  `forget_bias`), and the cell is normalised before its tanh:
+
+    c' = sigmoid(f) * c + sigmoid(i) * tanh(g)
+    h' = sigmoid(o) * tanh(LN(c'))
+
+  as TF1's `LayerNormBasicLSTMCell`. The state is `snt.LSTMState(hidden,
+  cell)`, float32 `[B, H]` each, so it stands in for `snt.LSTM`.
+  """
+
+  def __init__(self, hidden_size: int, w_init, forget_bias: float = 1.0,
+               epsilon: float = 1e-5, name: str = 'layer_norm_lstm'):
+    super().__init__(name=name)
+    self._hidden_size = int(hidden_size)
+    self._w_init = w_init
+    self._forget_bias = float(forget_bias)
+    self._epsilon = float(epsilon)
+
+  def initial_state(self, batch_size):
+    zeros = tf.zeros([batch_size, self._hidden_size], tf.float32)
+    return snt.LSTMState(hidden=zeros, cell=zeros)
+
+  @snt.once
+  def _initialize(self, inputs):
+    h = self._hidden_size
+    self.w_i = tf.Variable(self._w_init([inputs.shape[-1], 4 * h],
+                                        tf.float32), name='w_i')
+    self.w_h = tf.Variable(self._w_init([h, 4 * h], tf.float32), name='w_h')
+    self.gate_scale = tf.Variable(tf.ones([4, h]), name='gate_scale')
+    offset = tf.tensor_scatter_nd_update(
+        tf.zeros([4, h]), [[1]], [tf.fill([h], self._forget_bias)])
+    self.gate_offset = tf.Variable(offset, name='gate_offset')
+    self.cell_scale = tf.Variable(tf.ones([h]), name='cell_scale')
+    self.cell_offset = tf.Variable(tf.zeros([h]), name='cell_offset')
+
+  def _normalize(self, x, scale, offset):
+    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+    return (x - mean) * tf.math.rsqrt(variance + self._epsilon) * scale + (
+        offset)
+
+  def __call__(self, inputs, prev_state):
+    """inputs float32 `[B, D]`; returns (hidden `[B, H]`, LSTMState)."""
+    self._initialize(inputs)
+    h = self._hidden_size
+    gates = tf.matmul(inputs, self.w_i) + tf.matmul(prev_state.hidden,
+                                                    self.w_h)
+    gates = self._normalize(tf.reshape(gates, [-1, 4, h]), self.gate_scale,
+                            self.gate_offset)
+    i, f, g, o = tf.unstack(gates, axis=1)
+    cell = tf.sigmoid(f) * prev_state.cell + tf.sigmoid(i) * tf.tanh(g)
+    hidden = tf.sigmoid(o) * tf.tanh(
+        self._normalize(cell, self.cell_scale, self.cell_offset))
+    return hidden, snt.LSTMState(hidden=hidden, cell=cell)
+
+
 def unroll(core: snt.RNNCore, inputs: tf.Tensor, done, initial_state):
   """Runs `core` over time, resetting its state where `done` is set.
 

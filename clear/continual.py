@@ -11,9 +11,13 @@ cycled) needs besides the ordinary training loop:
     `eval/<task>/return`;
   * `EvalHistory`: the evaluations so far, as plain numpy arrays for the
     run's checkpoint state (`clear.snapshot`), so they survive a resume;
-  * `forgetting_metrics`: final and best returns, forgetting, average
-    performance and (given single-task reference curves) forward transfer,
-    as a JSON-ready dict; `write_metrics_json` writes it atomically.
+  * `forgetting_metrics`: final and best returns, forgetting (also per
+    visit of a cycled task), average performance and (given single-task
+    reference curves) forward transfer, as a JSON-ready dict;
+    `write_metrics_json` writes it atomically;
+  * `Baselines` (`read_baselines`, `baselines_json`): per task the returns
+    that normalise a run's (random and single-task) and the single-task
+    learning curve, as `clear.plot --baselines` reads them.
 
 Frames are total env frames of the run (the learner's `num_env_frames`, the
 step of every summary). Task names are `envs.make` names
@@ -482,6 +486,29 @@ def curve_auc(frames, values, start: float, end: float) -> float:
                (end - start))
 
 
+def _nearest(frames: np.ndarray, target: int) -> int:
+  """Index of the evaluation nearest `target` (the earlier on a tie)."""
+  return int(np.argmin(np.abs(frames - target)))
+
+
+def _visits(frames: np.ndarray,
+            segments: Sequence[Segment]) -> List[Tuple[int, int]]:
+  """For each of a task's segments that ended by the last evaluation: the
+  indices (in `frames`) of the evaluations nearest its end and nearest the
+  start of the task's next segment (the last evaluation after its last
+  segment, or when the next one starts after it)."""
+  last = len(frames) - 1
+  visits = []
+  for k, segment in enumerate(segments):
+    if segment.end > frames[last]:
+      break
+    nxt = segments[k + 1].start if k + 1 < len(segments) else None
+    visits.append((_nearest(frames, segment.end),
+                   _nearest(frames, nxt) if nxt is not None and
+                   nxt <= frames[last] else last))
+  return visits
+
+
 def forgetting_metrics(
     history: EvalHistory, schedule: TaskSchedule,
     reference: Optional[Dict[str, Sequence[Tuple[int, float]]]] = None,
@@ -503,6 +530,13 @@ def forgetting_metrics(
                             forgetting (0 for the task trained last)
     forgetting_from_best    max_t p_i(t) - p_i(T), CLEAR's view: the drop
                             from the best performance ever reached
+    forgetting_per_visit    the mean over task i's training segments k
+                            (those that ended by T) of p_i(e_k) - p_i(n_k):
+                            e_k the evaluation nearest the segment's end,
+                            n_k the one nearest the start of task i's next
+                            segment (T after its last). What a task loses
+                            while the others train, on every visit: with
+                            one cycle it equals `forgetting`
 
   and their means over tasks ('average_*'). Average performance:
 
@@ -513,7 +547,9 @@ def forgetting_metrics(
 
   With `normalization` {task: (low, high)} (e.g. random and single-task or
   human returns) every return is also reported normalised,
-  p~ = (p - low) / (high - low), as 'normalized_*'.
+  p~ = (p - low) / (high - low), as 'normalized_*' (and
+  'average_normalized_return_auc', the same area on p~ over the normalised
+  tasks).
 
   Forward transfer needs single-task reference curves (`reference`: {task:
   [(frames, return), ...]}, frames counted from the reference run's
@@ -570,12 +606,17 @@ def forgetting_metrics(
       end = None
       notes.append(f'{task!r} is evaluated but not in the schedule: no '
                    f'forgetting.')
+    visits = []  # (index at a segment's end, index at the next visit)
     if end is not None:
-      nearest = int(np.argmin(np.abs(frames - end)))
+      nearest = _nearest(frames, end)
       entry.update(
           end_of_training_frames=int(frames[nearest]),
           end_of_training_return=_value(returns[nearest]),
           forgetting=_value(returns[nearest] - final))
+      visits = _visits(frames, schedule.segments_of(task))
+      entry['forgetting_per_visit'] = _value(
+          np.mean([returns[e] - returns[n] for e, n in visits])
+          if visits else None)
     entry['forgetting_from_best'] = _value(returns[best] - final)
     if task in normalization:
       scaled = _normalize(returns, normalization[task])
@@ -585,16 +626,24 @@ def forgetting_metrics(
                        scaled[best] - scaled[-1]))
       if end is not None:
         entry['normalized_forgetting'] = _value(scaled[nearest] - scaled[-1])
+        entry['normalized_forgetting_per_visit'] = _value(
+            np.mean([scaled[e] - scaled[n] for e, n in visits])
+            if visits else None)
     per_task[task] = entry
 
   def average(key):
     return _mean(e.get(key) for e in per_task.values())
 
-  curve = []
+  curve, scaled_curve = [], []
   for record in history.records:
     values = [v for k, v in record.returns.items() if k in per_task]
     if values:
       curve.append(np.mean(values))
+    scaled = [float(_normalize(v, normalization[k]))
+              for k, v in record.returns.items()
+              if k in per_task and k in normalization]
+    if scaled:
+      scaled_curve.append(np.mean(scaled))
 
   metrics = {
       'tasks': tasks,
@@ -606,12 +655,14 @@ def forgetting_metrics(
       'average_best_return': average('best_return'),
       'average_forgetting': average('forgetting'),
       'average_forgetting_from_best': average('forgetting_from_best'),
+      'average_forgetting_per_visit': average('forgetting_per_visit'),
       'average_return_auc': _mean(curve),
   }
   if normalization:
     for key in ('final_return', 'best_return', 'forgetting',
-                'forgetting_from_best'):
+                'forgetting_from_best', 'forgetting_per_visit'):
       metrics[f'average_normalized_{key}'] = average(f'normalized_{key}')
+    metrics['average_normalized_return_auc'] = _mean(scaled_curve)
 
   if reference:
     transfer = {}
@@ -650,6 +701,72 @@ def forgetting_metrics(
                  'curves (reference={task: [(frames, return), ...]}).')
   metrics['notes'] = notes
   return metrics
+
+
+# --- Baselines ----------------------------------------------------------------
+
+
+class Baselines(NamedTuple):
+  """What a continual run's returns are measured against, per task.
+
+  Attributes:
+    normalization: {task: (low, high)}: e.g. a random policy's return and a
+      single-task run's, so that p~ = (p - low) / (high - low) is 0 at
+      random and 1 at single-task level (`forgetting_metrics`).
+    reference: {task: [(frames, return), ...]}: the single-task learning
+      curve, for forward transfer (may be empty).
+  """
+  normalization: Dict[str, Tuple[float, float]]
+  reference: Dict[str, List[Tuple[int, float]]]
+
+
+def baselines_json(baselines: Baselines, notes: Sequence[str] = ()) -> dict:
+  """The JSON form that `read_baselines` reads:
+
+    {"tasks": {task: {"low": float, "high": float,
+                      "curve": [[frames, return], ...]}},
+     "notes": [...]}
+  """
+  tasks = {}
+  for task, (low, high) in baselines.normalization.items():
+    tasks[task] = {'low': float(low), 'high': float(high),
+                   'curve': [[int(f), float(r)] for f, r in
+                             baselines.reference.get(task, [])]}
+  return {'tasks': tasks, 'notes': list(notes)}
+
+
+def read_baselines(path: str) -> Baselines:
+  """The `Baselines` in a JSON file written from `baselines_json`.
+
+  Raises:
+    ValueError: an unreadable file, or a task without finite `low` <
+      `high`, or a malformed curve.
+  """
+  try:
+    with open(path) as f:
+      value = json.load(f)
+    tasks = value['tasks']
+    if not isinstance(tasks, dict) or not tasks:
+      raise TypeError('"tasks" must be a non-empty object')
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise ValueError(f'{path} is not a baselines JSON ({{"tasks": {{task: '
+                     f'{{"low", "high", "curve"}}}}}}): {e}') from None
+  normalization, reference = {}, {}
+  for task, entry in tasks.items():
+    try:
+      low, high = float(entry['low']), float(entry['high'])
+      curve = [(int(f), float(r)) for f, r in entry.get('curve', [])]
+    except (KeyError, TypeError, ValueError) as e:
+      raise ValueError(f'{path}: task {task!r} needs numbers "low" and '
+                       f'"high" and a curve of [frames, return] pairs '
+                       f'({e!r}).') from None
+    if not (np.isfinite(low) and np.isfinite(high) and low < high):
+      raise ValueError(f'{path}: task {task!r} needs finite low < high, got '
+                       f'low {low}, high {high}.')
+    normalization[task] = (low, high)
+    if curve:
+      reference[task] = sorted(curve)
+  return Baselines(normalization, reference)
 
 
 def write_metrics_json(path: str, metrics: dict):

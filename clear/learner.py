@@ -57,7 +57,12 @@ class LearnerConfig(NamedTuple):
     optimizer: 'adam' or 'rmsprop' (IMPALA's choice).
     adam_beta1, adam_beta2, adam_epsilon: Adam parameters.
     rmsprop_decay, rmsprop_momentum, rmsprop_epsilon: RMSProp parameters
-      (IMPALA's Atari values; epsilon is added under the square root).
+      (IMPALA's Atari values).
+    rmsprop_epsilon_outside: where RMSProp's epsilon goes. False: under the
+      square root, lr g / sqrt(ms + epsilon), as TF1 (IMPALA) and Sonnet;
+      True: after it, lr g / (sqrt(ms) + epsilon), as PyTorch (TorchBeast).
+      At epsilon 0.01 a weight whose gradients are much smaller than 0.1
+      then moves up to 10 times further per step.
     rmsprop_initial_mean_square: where RMSProp's running mean of squared
       gradients starts. 1 is TF1's `RMSPropOptimizer`, which IMPALA used:
       the first updates are about lr x gradient and grow as the mean decays
@@ -92,6 +97,7 @@ class LearnerConfig(NamedTuple):
   rmsprop_momentum: float = 0.0
   rmsprop_epsilon: float = 0.01
   rmsprop_initial_mean_square: float = 1.0
+  rmsprop_epsilon_outside: bool = False
   fixed_step_mul: bool = True
   step_mul: int = 1
   jit_compile: bool = False
@@ -135,14 +141,37 @@ class RMSProp(snt.optimizers.RMSProp):
 
   Sonnet starts them at 0; TF1's `RMSPropOptimizer`, which IMPALA used,
   at 1. The slots are created on the first `apply`, as in Sonnet, so a
-  checkpoint restored earlier fills them (delayed restoration).
+  checkpoint restored earlier fills them (delayed restoration). With
+  `epsilon_outside` the update is lr g / (sqrt(ms) + epsilon), PyTorch's
+  form, instead of lr g / sqrt(ms + epsilon) (the slots are the same).
   """
 
   def __init__(self, learning_rate, decay, momentum, epsilon,
-               initial_mean_square: float, name: str = 'rms_prop'):
+               initial_mean_square: float, epsilon_outside: bool = False,
+               name: str = 'rms_prop'):
     super().__init__(learning_rate, decay=decay, momentum=momentum,
                      epsilon=epsilon, name=name)
     self._initial_mean_square = float(initial_mean_square)
+    self._epsilon_outside = bool(epsilon_outside)
+
+  def apply(self, updates, parameters):
+    if not self._epsilon_outside:
+      return super().apply(updates, parameters)
+    self._initialize(parameters)
+    for update, parameter, mom_var, ms_var in zip(updates, parameters,
+                                                  self.mom, self.ms):
+      if update is None:
+        continue
+      update = tf.convert_to_tensor(update)  # IndexedSlices -> dense.
+      dtype = update.dtype
+      decay = tf.cast(self.decay, dtype)
+      ms = tf.square(update) * (1. - decay) + ms_var * decay
+      mom = (tf.cast(self.momentum, dtype) * mom_var +
+             tf.cast(self.learning_rate, dtype) * update /
+             (tf.sqrt(ms) + tf.cast(self.epsilon, dtype)))
+      parameter.assign_sub(mom)
+      mom_var.assign(mom)
+      ms_var.assign(ms)
 
   def _initialize(self, parameters: Sequence[tf.Variable]):
     if self.mom:
@@ -165,7 +194,8 @@ def make_optimizer(config: LearnerConfig, learning_rate: tf.Variable):
   return RMSProp(learning_rate, decay=config.rmsprop_decay,
                  momentum=config.rmsprop_momentum,
                  epsilon=config.rmsprop_epsilon,
-                 initial_mean_square=config.rmsprop_initial_mean_square)
+                 initial_mean_square=config.rmsprop_initial_mean_square,
+                 epsilon_outside=config.rmsprop_epsilon_outside)
 
 
 class AlignedBatch(NamedTuple):

@@ -15,6 +15,14 @@ the task sequence are drawn: in a task's panel its training segments are
 shaded, and every panel marks the boundaries (from the first run that has
 the file).
 
+With `--baselines=path.json` (`clear.continual.read_baselines`: per task a
+random and a single-task return and the single-task curve) each task's
+panel marks those two returns, a summary panel draws each run's mean
+normalised evaluation return, and `--metrics_out=path.json` writes every
+sequence run's continual-learning metrics (`clear.continual.
+forgetting_metrics`, from its evaluations) normalised, with forward
+transfer against the single-task curves.
+
 A run whose event files are gone can still be drawn from a summary JSON
 that `--summary_out` wrote (`--reference=path.json`, or
 `path.json:label` for one of its runs): its trailing means at the
@@ -372,6 +380,65 @@ def summarize(runs: Sequence[Run], window: int = 100,
           for run in runs}
 
 
+def eval_history(run: Run) -> continual.EvalHistory:
+  """The run's evaluations from its event files, one record per frame
+  count at which any task was evaluated."""
+  by_frames = {}
+  for task, series in run.eval_curves.items():
+    for step, value in zip(series.steps, series.values):
+      by_frames.setdefault(int(step), {})[task] = float(value)
+  return continual.EvalHistory(
+      [continual.EvalRecord(f, by_frames[f]) for f in sorted(by_frames)])
+
+
+def normalized_mean_curve(run: Run, normalization) -> Series:
+  """The mean over the tasks in `normalization` ({task: (low, high)}) of
+  the run's normalised evaluation return (p - low) / (high - low), at each
+  evaluation that includes all of those tasks the run has curves of.
+  Wall times are the first task's."""
+  tasks = [t for t in normalization if t in run.eval_curves]
+  if not tasks:
+    return Series(np.zeros([0], np.int64), np.zeros([0]), np.zeros([0]))
+  common = set(run.eval_curves[tasks[0]].steps.tolist())
+  for task in tasks[1:]:
+    common &= set(run.eval_curves[task].steps.tolist())
+  steps = np.array(sorted(common), np.int64)
+  scaled = []
+  for task in tasks:
+    series = run.eval_curves[task]
+    low, high = normalization[task]
+    values = series.values[np.searchsorted(series.steps, steps)]
+    scaled.append((values - low) / (high - low))
+  first = run.eval_curves[tasks[0]]
+  return Series(steps, np.mean(scaled, axis=0),
+                first.wall_times[np.searchsorted(first.steps, steps)])
+
+
+def continual_metrics(runs: Sequence[Run],
+                      baselines: Optional[continual.Baselines] = None
+                      ) -> Dict[str, dict]:
+  """label -> `continual.forgetting_metrics` of each run with a task
+  schedule (`tasks.json`) and evaluations, normalised and with forward
+  transfer when `baselines` are given.
+
+  Raises:
+    ValueError: no run has both.
+  """
+  metrics = {}
+  for run in runs:
+    if run.schedule is None or not run.eval_curves:
+      continue
+    metrics[run.label] = continual.forgetting_metrics(
+        eval_history(run), run.schedule,
+        reference=baselines.reference if baselines else None,
+        normalization=baselines.normalization if baselines else None)
+  if not metrics:
+    raise ValueError(f'No run in {[run.logdir for run in runs]} has a task '
+                     f'schedule (tasks.json) and evaluations, so there are '
+                     f'no continual-learning metrics to write.')
+  return metrics
+
+
 def _pyplot():
   """matplotlib.pyplot with the Agg backend, or one ImportError that says
   how to install it."""
@@ -397,9 +464,15 @@ def _task_order(runs: Sequence[Run]) -> List[str]:
 
 def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
               dpi: int = 100,
-              references: Sequence[Reference] = ()) -> str:
+              references: Sequence[Reference] = (),
+              baselines: Optional[continual.Baselines] = None,
+              training_panel: bool = True) -> str:
   """Draws `runs` (and `references`, in the training panel) into the PNG
-  `out` (see the module docstring).
+  `out` (see the module docstring). With `baselines`, each task's panel
+  marks its single-task (high) and random (low) returns, and a summary
+  panel draws each run's mean normalised evaluation return
+  (`normalized_mean_curve`). `training_panel=False` leaves out the panel
+  of training returns.
 
   Returns:
     `out`.
@@ -409,13 +482,17 @@ def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
     ImportError: matplotlib is missing (the message says how to install).
   """
   tasks = _task_order(runs)
-  has_training = any(run.train_curves for run in runs) or bool(references)
+  has_training = training_panel and (
+      any(run.train_curves for run in runs) or bool(references))
   if not tasks and not has_training:
     raise ValueError(
         f'No return curves in {[run.logdir for run in runs]}: expected '
         f'scalars <tag_prefix><task>/return or episode/<env>/return.')
+  normalization = baselines.normalization if baselines else {}
+  has_summary = any(t in normalization for t in tasks)
   plt = _pyplot()
-  panels = tasks + (['training'] if has_training else [])
+  panels = (tasks + (['normalized'] if has_summary else []) +
+            (['training'] if has_training else []))
   ncols = min(3, len(panels))
   nrows = math.ceil(len(panels) / ncols)
   fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.0 * nrows),
@@ -439,7 +516,18 @@ def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
       elif name == panel:
         ax.axvspan(segment.start, segment.end, color='0.88', lw=0)
       ax.axvline(segment.start, color='0.6', lw=0.6, ls=':')
-    if panel == 'training':
+    if panel == 'normalized':
+      for i, run in enumerate(runs):
+        series = normalized_mean_curve(run, normalization)
+        if len(series.steps):
+          ax.plot(series.steps, series.values, color=colors[i % len(colors)],
+                  marker='o', ms=2.5, lw=1.2, label=run.label)
+      ax.axhline(1.0, color='0.3', lw=0.8, ls='--')
+      ax.axhline(0.0, color='0.6', lw=0.8, ls='--')
+      ax.set_title('mean over tasks, normalised (0 random, 1 single task)',
+                   fontsize=9)
+      ax.set_ylabel('normalised evaluation return', fontsize=8)
+    elif panel == 'training':
       styles = ['-', '--', '-.', ':']
       for i, run in enumerate(runs):
         for j, (env, series) in enumerate(sorted(run.train_curves.items())):
@@ -464,6 +552,10 @@ def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
         if series is not None:
           ax.plot(series.steps, series.values, color=colors[i % len(colors)],
                   marker='o', ms=2.5, lw=1.2, label=run.label)
+      if panel in normalization:
+        low, high = normalization[panel]
+        ax.axhline(high, color='0.3', lw=0.8, ls='--')
+        ax.axhline(low, color='0.6', lw=0.8, ls='--')
       ax.set_title(panel, fontsize=9)
       ax.set_ylabel('evaluation return', fontsize=8)
     ax.set_xlabel('env frames', fontsize=8)
@@ -547,6 +639,17 @@ def _define_flags():
       'reference', [], 'A summary JSON from --summary_out (path.json, or '
       'path.json:label for one of its runs) whose trailing means are drawn '
       'beside the runs, for a run whose event files are gone; repeatable.')
+  flags.DEFINE_string(
+      'baselines', '', 'A baselines JSON (clear.continual.read_baselines: '
+      'per task a random and a single-task return, and the single-task '
+      'curve): adds a panel of the mean normalised evaluation return, and '
+      'normalises --metrics_out and gives it forward transfer.')
+  flags.DEFINE_string(
+      'metrics_out', '', 'Write the continual-learning metrics of every run '
+      'with a tasks.json (forgetting, final and best returns, area under '
+      'the curve), computed from its evaluations, to this JSON.')
+  flags.DEFINE_bool('training_panel', True,
+                    'Draw the panel of training returns.')
   flags.mark_flag_as_required('logdir')
 
 
@@ -572,6 +675,11 @@ def main(argv):
   try:
     runs = load_runs(f.logdir, f.labels, f.tag_prefix, f.train_tag_prefix)
     references = [r for spec in f.reference for r in load_references(spec)]
+    baselines = continual.read_baselines(f.baselines) if f.baselines else None
+    if f.metrics_out:
+      metrics = continual_metrics(runs, baselines)
+      continual.write_metrics_json(f.metrics_out, metrics)
+      print(f'Wrote {f.metrics_out}')
     if f.summary_out:
       summary = summarize(runs, f.window, f.threshold,
                           _frame_counts(f.at_frames))
@@ -579,7 +687,9 @@ def main(argv):
       print(json.dumps(summary, indent=1))
       print(f'Wrote {f.summary_out}')
     if f.out:
-      print(f'Wrote {plot_runs(runs, f.out, f.smoothing, f.dpi, references)}')
+      written = plot_runs(runs, f.out, f.smoothing, f.dpi, references,
+                          baselines, f.training_panel)
+      print(f'Wrote {written}')
   except (ValueError, ImportError) as e:
     sys.exit(f'clear.plot: {e}')
 

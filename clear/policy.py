@@ -27,10 +27,22 @@ INIT_SCOPES = ('all', 'critic', 'policy')
 
 
 class AgentConfig(NamedTuple):
-  """Network choices, shared by the learner's agent and the actors' copies."""
+  """Network choices, shared by the learner's agent and the actors' copies.
+
+  `core`, `lstm_init` and `torso_grad_scale` are the IMPALA agent's (see
+  `agents.make_agent`); the other algorithms' networks take the defaults.
+  """
   network: str = 'auto'
   core_size: int = 256
   separate_critic: bool = False
+  core: str = 'lstm'
+  lstm_init: str = 'fan_in'
+  torso_grad_scale: float = 1.0
+
+
+# The IMPALA agent's core options in `AgentConfig`; run.json records them
+# only when they differ from the defaults.
+CORE_OPTION_FIELDS = ('core', 'lstm_init', 'torso_grad_scale')
 
 
 def to_numpy(nest):
@@ -231,7 +243,10 @@ class ImpalaPolicy(Policy):
     self.agent = agents.make_agent(spec, network=agent_config.network,
                                    core_size=agent_config.core_size,
                                    separate_critic=agent_config.separate_critic,
-                                   seed=seed)
+                                   seed=seed, core=agent_config.core,
+                                   lstm_init=agent_config.lstm_init,
+                                   torso_grad_scale=(
+                                       agent_config.torso_grad_scale))
     self._step = tf.function(self.agent.step)  # make_agent built the weights.
     self.learner = None
     if learner_config is not None:

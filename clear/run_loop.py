@@ -155,6 +155,12 @@ def run_identity(config: RunConfig):
               'separate_critic': config.agent_config.separate_critic,
               'env_options': {k: config.env_options[k]
                               for k in sorted(config.env_options)}}
+  # Core options only when they are not the defaults, which every run made
+  # before they existed had: those runs' run.json stay valid.
+  for name in policy_lib.CORE_OPTION_FIELDS:
+    value = getattr(config.agent_config, name)
+    if value != policy_lib.AgentConfig._field_defaults[name]:
+      identity[name] = value
   if multitask.is_sequence(config.env_name):
     identity.update(frames_per_task=config.frames_per_task,
                     num_task_cycles=config.num_task_cycles)

@@ -13,6 +13,7 @@ end); bad flags or files exit with status 2 and one message.
 
 import json
 import logging as py_logging
+import math
 import os
 import re
 import signal
@@ -39,6 +40,7 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 from absl import logging
 
+import agents as agents_lib
 from clear import algorithms
 from clear import checkpoint as checkpoint_lib
 from clear import flag_help
@@ -123,6 +125,16 @@ flags.DEFINE_integer('core_size', None,
 flags.DEFINE_bool('separate_critic', False,
                   'Give the critic its own network (needed to pretrain a '
                   'critic without a shared torso).')
+flags.DEFINE_enum('core', 'lstm', list(agents_lib.CORES),
+                  'Recurrent core: lstm (Sonnet\'s) or layer_norm_lstm (gates '
+                  'and cell layer-normalised, Ba et al. 2016).')
+flags.DEFINE_enum('lstm_init', 'fan_in', list(agents_lib.LSTM_INITS),
+                  'LSTM kernels: fan_in (std 1/sqrt(fan-in) per block, '
+                  "Sonnet's) or glorot (uniform over the concatenated "
+                  "[input, hidden] kernel, TF1's and scalable_agent's).")
+flags.DEFINE_float('torso_grad_scale', 1.0,
+                   'Multiplies the gradient the core sends back into the '
+                   'torso (forward pass unchanged).')
 
 FLAG_GROUPS.heading('Learner')
 flags.DEFINE_integer('batch_size', 32, 'Unrolls per learner batch.')
@@ -132,6 +144,10 @@ flags.DEFINE_float('learning_rate', None,
 flags.DEFINE_enum('optimizer', None, list(learner_lib.OPTIMIZERS),
                   'Optimizer (default per env family: rmsprop, as IMPALA, '
                   'for Atari; adam otherwise; see FAMILY_DEFAULTS).')
+flags.DEFINE_bool('rmsprop_epsilon_outside', False,
+                  "Add RMSProp's epsilon after the square root, "
+                  "lr g / (sqrt(ms) + eps), as PyTorch and TorchBeast, "
+                  'instead of under it as TF1 and IMPALA.')
 flags.DEFINE_float('rmsprop_initial_mean_square', 1.0,
                    "Where RMSProp's mean of squared gradients starts: 1 as "
                    "in TF1's RMSPropOptimizer (IMPALA's), 0 as in Sonnet's.")
@@ -246,8 +262,10 @@ IMPALA_ONLY_FLAGS = ('discount_per', 'replay_proportion', 'replay_buffer_size',
                      'replay_prefill_unrolls', 'policy_cloning_cost',
                      'value_cloning_cost', 'baseline_cost', 'clip_advantage',
                      'optimizer', 'rmsprop_initial_mean_square',
+                     'rmsprop_epsilon_outside',
                      'num_critic_pretrain_frames',
-                     'separate_critic')
+                     'separate_critic', 'core', 'lstm_init',
+                     'torso_grad_scale')
 
 
 def _field_help(entry, field: str) -> str:
@@ -397,9 +415,9 @@ def _impala_problems(f):
     problems.append('--replay_buffer_size must be >= 1 with replay on.')
   if f.rmsprop_initial_mean_square < 0:
     problems.append('--rmsprop_initial_mean_square must be >= 0.')
-  if (f['rmsprop_initial_mean_square'].present and
-      family_default(f, 'optimizer') != 'rmsprop'):
-    problems.append('--rmsprop_initial_mean_square needs --optimizer=rmsprop.')
+  for name in ('rmsprop_initial_mean_square', 'rmsprop_epsilon_outside'):
+    if f[name].present and family_default(f, 'optimizer') != 'rmsprop':
+      problems.append(f'--{name} needs --optimizer=rmsprop.')
   return problems
 
 
@@ -455,6 +473,9 @@ def validate(f) -> None:
     problems.append(f'--unroll_length must be >= 1 (got {f.unroll_length}).')
   if f.batch_size < 1:
     problems.append(f'--batch_size must be >= 1 (got {f.batch_size}).')
+  if not (math.isfinite(f.torso_grad_scale) and f.torso_grad_scale >= 0):
+    problems.append(f'--torso_grad_scale must be a finite number >= 0 (got '
+                    f'{f.torso_grad_scale}).')
   if f.core_size is not None and (
       f.core_size < 0 or f.core_size == 0 and f.algorithm != 'impala'):
     problems.append(f'--core_size must be >= 1, or 0 (feed-forward) with '
@@ -558,14 +579,16 @@ def config_from_flags(f) -> run_loop.RunConfig:
         learning_rate=family_default(f, 'learning_rate'),
         optimizer=family_default(f, 'optimizer'),
         rmsprop_initial_mean_square=f.rmsprop_initial_mean_square,
+        rmsprop_epsilon_outside=f.rmsprop_epsilon_outside,
         fixed_step_mul=f.fixed_step_mul,
         step_mul=env_options.get('step_mul', 1),
         jit_compile=f.jit_compile)
   core_size = family_default(f, 'core_size')
   return run_loop.RunConfig(
       env_name=f.env, env_options=env_options, algorithm=f.algorithm,
-      agent_config=policy_lib.AgentConfig(f.network, core_size,
-                                          f.separate_critic),
+      agent_config=policy_lib.AgentConfig(
+          f.network, core_size, f.separate_critic, core=f.core,
+          lstm_init=f.lstm_init, torso_grad_scale=f.torso_grad_scale),
       learner_config=learner_config, logdir=f.logdir, seed=f.seed,
       num_actors=f.num_actors,
       envs_per_actor=envs_per_actor(f, learner_config),
@@ -594,7 +617,8 @@ def config_from_flags(f) -> run_loop.RunConfig:
 
 # run.json fields that decide the network, each set by the flag of that
 # name: a flag given with another value is refused.
-NETWORK_FIELDS = ('algorithm', 'network', 'core_size', 'separate_critic')
+NETWORK_FIELDS = ('algorithm', 'network', 'core_size', 'separate_critic',
+                  'core', 'lstm_init', 'torso_grad_scale')
 # Keys of run.json's env_options that `env_options_from_flags` sets, each
 # from the flag of that name. Given with other values (or with --env), they
 # pick another env, allowed when its spaces are the same.
@@ -650,14 +674,18 @@ def adopt_run_settings(f, saved: dict, source: str) -> RunSettings:
       adopted.append(f'{name}={value!r}')
 
   for name in NETWORK_FIELDS:
-    if name not in saved:
+    if name in saved:
+      value = saved[name]
+    elif name in policy_lib.CORE_OPTION_FIELDS:  # Recorded when not default.
+      value = policy_lib.AgentConfig._field_defaults[name]
+    else:
       continue
-    if f[name].present and getattr(f, name) != saved[name]:
+    if f[name].present and getattr(f, name) != value:
       problems.append(
           f'--{name}={getattr(f, name)!r}: the run in {source} was made '
-          f'with {name}={saved[name]!r}, and its checkpoint holds that '
+          f'with {name}={value!r}, and its checkpoint holds that '
           f'network; leave --{name} out.')
-    take(name, saved[name])
+    take(name, value)
   env_name = saved.get('env', f.env)
   env_options = dict(saved.get('env_options') or {})
   changed = {}

@@ -60,3 +60,53 @@ def test_unroll_with_unknown_time_in_tf_function():
     expected, _ = _python_loop(core, inputs, done, state)
     np.testing.assert_allclose(got, expected, atol=1e-6)
   assert run.experimental_get_tracing_count() == 1
+
+
+def _layer_norm_lstm_numpy(x, hidden, cell, core):
+  """One step of a layer-normalised LSTM, by hand."""
+  def norm(v, scale, offset):
+    mean = v.mean(-1, keepdims=True)
+    var = v.var(-1, keepdims=True)
+    return (v - mean) / np.sqrt(var + 1e-5) * scale + offset
+  sigmoid = lambda v: 1 / (1 + np.exp(-v))
+  h = hidden.shape[-1]
+  gates = x @ core.w_i.numpy() + hidden @ core.w_h.numpy()
+  gates = norm(gates.reshape(-1, 4, h), core.gate_scale.numpy(),
+               core.gate_offset.numpy())
+  i, f, g, o = gates[:, 0], gates[:, 1], gates[:, 2], gates[:, 3]
+  new_cell = sigmoid(f) * cell + sigmoid(i) * np.tanh(g)
+  new_hidden = sigmoid(o) * np.tanh(norm(new_cell, core.cell_scale.numpy(),
+                                         core.cell_offset.numpy()))
+  return new_hidden, new_cell
+
+
+def test_layer_norm_lstm_matches_numpy_and_unrolls_with_resets():
+  rng = np.random.default_rng(5)
+  init = lambda shape, dtype: tf.constant(
+      rng.normal(size=shape, scale=0.5), dtype)
+  core = cores.LayerNormLSTM(6, init, forget_bias=1.0)
+  inputs, done = _inputs()
+  state = snt.LSTMState(tf.constant(rng.normal(size=(3, 6)), tf.float32),
+                        tf.constant(rng.normal(size=(3, 6)), tf.float32))
+  output, new_state = core(inputs[0], state)
+  # The forget gate's offsets start at forget_bias, the others at 0.
+  np.testing.assert_array_equal(core.gate_offset.numpy()[1], np.ones(6))
+  np.testing.assert_array_equal(core.gate_offset.numpy()[[0, 2, 3]], 0)
+  # Non-trivial gains and offsets, so the check covers them.
+  core.gate_scale.assign(rng.normal(size=(4, 6)))
+  core.gate_offset.assign(rng.normal(size=(4, 6)))
+  core.cell_scale.assign(rng.normal(size=6))
+  core.cell_offset.assign(rng.normal(size=6))
+  output, new_state = core(inputs[0], state)
+  hidden, cell = _layer_norm_lstm_numpy(inputs[0].numpy(),
+                                        state.hidden.numpy(),
+                                        state.cell.numpy(), core)
+  np.testing.assert_allclose(output, hidden, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(new_state.hidden, hidden, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(new_state.cell, cell, rtol=1e-4, atol=1e-5)
+  expected, expected_state = _python_loop(core, inputs, done, state)
+  outputs, final_state = cores.unroll(core, inputs, done, state)
+  np.testing.assert_allclose(outputs, expected, atol=1e-6)
+  tf.nest.map_structure(
+      lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
+      final_state, expected_state)

@@ -188,6 +188,64 @@ def test_end_of_training_is_the_nearest_evaluation():
   assert any("'B' was never evaluated" in n for n in metrics['notes'])
 
 
+def test_forgetting_per_visit_over_two_cycles():
+  # A trains [0, 100) and [200, 300), B [100, 200) and [300, 400).
+  schedule = continual.TaskSchedule(['A', 'B'], 100, num_cycles=2)
+  frames = [0, 100, 200, 300, 400]
+  a = [0.0, 10.0, 4.0, 12.0, 9.0]
+  b = [1.0, 1.0, 8.0, 5.0, 11.0]
+  normalization = {'A': (0.0, 10.0), 'B': (1.0, 11.0)}
+  metrics = continual.forgetting_metrics(
+      _history(frames, A=a, B=b), schedule, normalization=normalization)
+  a_entry, b_entry = metrics['per_task']['A'], metrics['per_task']['B']
+  # A: (10 - 4) after its first visit, (12 - 9) after its last.
+  assert a_entry['forgetting_per_visit'] == pytest.approx(4.5)
+  assert a_entry['forgetting'] == pytest.approx(3.0)
+  # B: (8 - 5), then 0 (trained last: its segment ends at the last
+  # evaluation).
+  assert b_entry['forgetting_per_visit'] == pytest.approx(1.5)
+  assert metrics['average_forgetting_per_visit'] == pytest.approx(3.0)
+  assert a_entry['normalized_forgetting_per_visit'] == pytest.approx(0.45)
+  assert b_entry['normalized_forgetting_per_visit'] == pytest.approx(0.15)
+  assert metrics['average_normalized_forgetting_per_visit'] == (
+      pytest.approx(0.3))
+  # Normalised means per evaluation: (0 + 0) / 2, (1 + 0) / 2, (.4 + .7)
+  # / 2, (1.2 + .4) / 2, (.9 + 1) / 2.
+  assert metrics['average_normalized_return_auc'] == pytest.approx(
+      np.mean([0.0, 0.5, 0.55, 0.8, 0.95]))
+  # A run stopped in A's second segment: only the first visit counts.
+  stopped = continual.forgetting_metrics(
+      _history(frames[:3], A=a[:3], B=b[:3]), schedule)
+  assert stopped['per_task']['A']['forgetting_per_visit'] == (
+      pytest.approx(6.0))
+
+
+def test_baselines_round_trip_and_errors(tmp_path):
+  baselines = continual.Baselines(
+      {'minatar:Breakout': (0.5, 17.0), 'minatar:Asterix': (0.25, 16.0)},
+      {'minatar:Breakout': [(0, 0.5), (250_000, 3.0)]})
+  path = str(tmp_path / 'baselines.json')
+  continual.write_json(path, continual.baselines_json(baselines, ['a note']))
+  read = continual.read_baselines(path)
+  assert read.normalization == baselines.normalization
+  assert read.reference == baselines.reference
+  with open(path) as f:
+    assert json.load(f)['notes'] == ['a note']
+  for content, match in (
+      ('{"tasks": {}}', 'not a baselines JSON'),
+      ('[1, 2]', 'not a baselines JSON'),
+      ('{"tasks": {"A": {"low": 1}}}', "task 'A' needs numbers"),
+      ('{"tasks": {"A": {"low": 2, "high": 1}}}', 'finite low < high'),
+      ('{"tasks": {"A": {"low": 0, "high": 1, "curve": [[1]]}}}',
+       "task 'A' needs numbers")):
+    with open(path, 'w') as f:
+      f.write(content)
+    with pytest.raises(ValueError, match=match):
+      continual.read_baselines(path)
+  with pytest.raises(ValueError, match='not a baselines JSON'):
+    continual.read_baselines(str(tmp_path / 'missing.json'))
+
+
 def test_metrics_errors():
   schedule = continual.TaskSchedule(['A'], 10)
   with pytest.raises(ValueError, match='no evaluations'):

@@ -304,6 +304,31 @@ def test_rmsprop_first_update_follows_the_initial_mean_square(initial):
     np.testing.assert_allclose(a, expected, rtol=1e-4, atol=1e-7)
 
 
+def test_rmsprop_epsilon_outside_matches_a_numpy_loop():
+  # Three updates of w -= lr g / (sqrt(m) + epsilon), m = decay m + (1 -
+  # decay) g^2 from m0 = 1, with the gradients of each step's weights.
+  agent, batch = agent_and_batch()
+  learner = make_learner(agent, optimizer='rmsprop', learning_rate=1e-2,
+                         rmsprop_epsilon_outside=True)
+  config = learner.config
+  weights = values_of(agent.trainable_variables)
+  mean_squares = [np.ones_like(w) for w in weights]
+  for _ in range(3):
+    grads = [g.numpy() for g in learner._grads_fn(batch)[0]]
+    learner.step(batch)
+    for i, g in enumerate(grads):
+      mean_squares[i] = (config.rmsprop_decay * mean_squares[i] +
+                         (1 - config.rmsprop_decay) * g**2)
+      weights[i] = weights[i] - 1e-2 * g / (np.sqrt(mean_squares[i]) +
+                                            config.rmsprop_epsilon)
+    for expected, variable in zip(weights, agent.trainable_variables):
+      np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-4,
+                                 atol=1e-6)
+    # Later gradients are taken at the updated weights, not the numpy ones.
+    for w, v in zip(weights, agent.trainable_variables):
+      w[...] = v.numpy()
+
+
 def test_xla_step_matches_the_plain_step():
   plain_agent, batch = agent_and_batch()
   xla_agent = TinyTestAgent()

@@ -89,6 +89,59 @@ def test_render_two_runs(runs, tmp_path):
     plot.render(logdirs[:1], out, labels=['a', 'b'])
 
 
+def test_eval_history_and_normalised_curve_from_event_files(runs):
+  logdirs, expected = runs
+  run = plot.load_run(logdirs[0])
+  history = plot.eval_history(run)
+  assert [r.frames for r in history.records] == [0, 50, 100, 150, 200]
+  for task in TASKS:
+    frames, returns = history.curve(task)
+    np.testing.assert_array_equal(frames, expected[0][task][0])
+    np.testing.assert_array_equal(returns, expected[0][task][1])
+  # CartPole i * 10 on (0, 40), Acrobot i - 100 on (-100, -96).
+  normalization = {TASKS[0]: (0.0, 40.0), TASKS[1]: (-100.0, -96.0),
+                   'gym:MountainCar-v0': (-200.0, -100.0)}
+  curve = plot.normalized_mean_curve(run, normalization)
+  np.testing.assert_array_equal(curve.steps, [0, 50, 100, 150, 200])
+  np.testing.assert_allclose(curve.values,
+                             [(i / 4 + i / 4) / 2 for i in range(5)])
+
+
+def test_continual_metrics_from_event_files(runs):
+  logdirs, expected = runs
+  loaded = plot.load_runs(logdirs, ['a', 'b'])
+  baselines = continual.Baselines(
+      {TASKS[0]: (0.0, 40.0), TASKS[1]: (-100.0, -96.0)},
+      {TASKS[0]: [(0, 0.0), (100, 20.0)]})
+  metrics = plot.continual_metrics(loaded, baselines)
+  # Only 'a' has a tasks.json.
+  assert list(metrics) == ['a']
+  history = continual.EvalHistory()
+  for i, frames in enumerate(expected[0][TASKS[0]][0]):
+    history.append(frames, {task: expected[0][task][1][i] for task in TASKS})
+  assert metrics['a'] == continual.forgetting_metrics(
+      history, continual.TaskSchedule(TASKS, 100), baselines.reference,
+      baselines.normalization)
+  # CartPole's normalised returns 0, .25, .5 over its segment [0, 100]
+  # against the reference's 0 to .5: no transfer.
+  assert metrics['a']['forward_transfer'][TASKS[0]] == pytest.approx(0.0)
+  with pytest.raises(ValueError, match='no continual-learning metrics'):
+    plot.continual_metrics(loaded[1:])
+
+
+def test_render_with_baselines_adds_the_summary_panel(runs, tmp_path):
+  logdirs, _ = runs
+  loaded = plot.load_runs(logdirs)
+  baselines = continual.Baselines(
+      {TASKS[0]: (0.0, 40.0), TASKS[1]: (-100.0, -96.0)}, {})
+  out = str(tmp_path / 'summary.png')
+  plot.plot_runs(loaded, out, baselines=baselines)
+  # Two task panels, the summary and the training panel: 3 x 2.
+  assert _png_size(out) == (420 * 3, 600)
+  plot.plot_runs(loaded, out, baselines=baselines, training_panel=False)
+  assert _png_size(out) == (420 * 3, 300)
+
+
 def test_missing_logdir_and_empty_logdir(tmp_path):
   missing = str(tmp_path / 'nope')
   with pytest.raises(ValueError, match=r"--logdir '.*nope' does not exist"):
@@ -263,6 +316,30 @@ def test_command_line(runs, tmp_path):
     # Episodes ended by step 100 are the first five; 300 is past the end.
     assert curve['means_at_frames'] == {
         '100': pytest.approx(np.mean(returns[1:5])), '300': None}
+  # Metrics and the summary panel with a baselines file.
+  baselines_path = str(tmp_path / 'baselines.json')
+  continual.write_json(baselines_path, continual.baselines_json(
+      continual.Baselines({TASKS[0]: (0.0, 40.0)}, {})))
+  metrics_path = str(tmp_path / 'metrics.json')
+  result = subprocess.run(command + [f'--baselines={baselines_path}',
+                                     f'--metrics_out={metrics_path}',
+                                     '--notraining_panel'],
+                          cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+  assert result.returncode == 0, result.stderr
+  with open(metrics_path) as f:
+    metrics = json.load(f)
+  assert list(metrics) == ['a']
+  assert metrics['a']['per_task'][TASKS[0]]['normalized_final_return'] == 1.0
+  # Two task panels and the summary: one row of three.
+  assert _png_size(out) == (420 * 3, 300)
+  with open(baselines_path, 'w') as f:
+    f.write('{"tasks": 3}')
+  result = subprocess.run(command + [f'--baselines={baselines_path}'],
+                          cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+  assert result.returncode == 1
+  assert 'is not a baselines JSON' in result.stderr
   missing = str(tmp_path / 'missing')
   result = subprocess.run(command[:3] + [f'--logdir={missing}',
                                          f'--out={out}'],

@@ -149,6 +149,11 @@ def test_unknown_game_gives_one_message_and_no_traceback(tmp_path):
     (['--rmsprop_initial_mean_square=-1', '--optimizer=rmsprop'],
      '--rmsprop_initial_mean_square must be >= 0'),
     (['--rmsprop_initial_mean_square=0'], 'needs --optimizer=rmsprop'),
+    (['--rmsprop_epsilon_outside'], '--rmsprop_epsilon_outside needs '
+     '--optimizer=rmsprop'),
+    (['--torso_grad_scale=-0.5'], '--torso_grad_scale must be'),
+    (['--algorithm=ppg', '--core=layer_norm_lstm'],
+     '--core applies to --algorithm=impala only'),
     (['--algorithm=sac', '--core_size=0'], '0 (feed-forward) with '
      '--algorithm=impala'),
     (['--env=Pong'], '--env'),
@@ -345,6 +350,46 @@ def test_run_settings_fill_the_flags_left_unset():
                                         'step_mul': 1}
   assert (settings.env_name, settings.env_options) == (
       'gym:CartPole-v0', saved['env_options'])
+
+
+def test_core_options_reach_the_agent_and_run_json(tmp_path):
+  with flagsaver.flagsaver():
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--env=atari:Pong', '--core=layer_norm_lstm',
+                 '--lstm_init=glorot', '--torso_grad_scale=0.5',
+                 '--rmsprop_epsilon_outside'])
+    train.validate(flags.FLAGS)
+    config = train.config_from_flags(flags.FLAGS)
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--env=atari:Pong'])
+    default = train.config_from_flags(flags.FLAGS)
+  assert config.agent_config == train.policy_lib.AgentConfig(
+      'auto', 256, False, 'layer_norm_lstm', 'glorot', 0.5)
+  assert config.learner_config.rmsprop_epsilon_outside
+  assert not default.learner_config.rmsprop_epsilon_outside
+  # run.json records core options only when they are not the defaults, so
+  # runs made before the options existed resume unchanged.
+  identity = train.run_loop.run_identity(config)
+  assert (identity['core'], identity['lstm_init'],
+          identity['torso_grad_scale']) == ('layer_norm_lstm', 'glorot', 0.5)
+  assert not {'core', 'lstm_init', 'torso_grad_scale'} & set(
+      train.run_loop.run_identity(default))
+  # Test mode takes a saved core; a run.json without one had Sonnet's LSTM,
+  # and a flag for another core is refused by name.
+  saved = {'algorithm': 'impala', 'core_size': 256, 'env': 'atari:Pong',
+           'network': 'auto', 'separate_critic': False}
+  with flagsaver.flagsaver():
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--mode=test'])
+    train.adopt_run_settings(flags.FLAGS, dict(saved,
+                                               core='layer_norm_lstm'), '/x')
+    assert flags.FLAGS.core == 'layer_norm_lstm'
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--mode=test', '--core=layer_norm_lstm'])
+    with pytest.raises(train.app.UsageError,
+                       match="--core='layer_norm_lstm': the run in /x was "
+                             "made with core='lstm'"):
+      train.adopt_run_settings(flags.FLAGS, saved, '/x')
 
 
 def project_flags():
