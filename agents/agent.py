@@ -7,14 +7,15 @@ env_output, see `clear.types`), and returns a `clear.types.AgentOutput`.
 Core input (IMPALA): torso features, the reward clipped to [-1, 1], and a
 one-hot encoding of the previous action of every non-spatial head. The core
 state of a row is reset to the initial state where `done` is set, before the
-row's observation is processed. The core is `snt.LSTM` or a layer-normalised
-LSTM (`cores.LayerNormLSTM`), its kernels drawn per block by fan-in or
-Glorot-uniform over the concatenated kernel as in TF1 (`lstm_init`), and
+row's observation is processed. The core is an LSTM (`cores.LSTM`,
+`snt.LSTM`'s maths) or a layer-normalised LSTM (`cores.LayerNormLSTM`), its
+kernels drawn per block by fan-in or Glorot-uniform over the concatenated kernel as in TF1 (`lstm_init`), and
 the gradient it sends back into the torso features can be scaled
 (`torso_grad_scale`); see `make_agent`.
 
 `unroll` applies the torso and heads once to the merged `[T * B, ...]` batch
-and runs only the core over time (`cores.unroll`, a `tf.while_loop` built
+and runs only the core over time (`cores.unroll`: the core's input
+projection for all steps in one matmul, then a `tf.while_loop` built
 without AutoGraph, equivalent to `snt.dynamic_unroll`), so it traces in
 constant time in T, accepts an unknown T, and works under XLA
 (`jit_compile=True`).
@@ -85,7 +86,7 @@ def _make_core(core_size: int, w_init, options: CoreOptions, init_rng):
     w_init = initializers.SeededLSTMGlorot(init_rng, core_size)
   if options.core == 'layer_norm_lstm':
     return cores.LayerNormLSTM(core_size, w_init, name='lstm')
-  return snt.LSTM(core_size, w_i_init=w_init, w_h_init=w_init, name='lstm')
+  return cores.LSTM(core_size, w_i_init=w_init, w_h_init=w_init, name='lstm')
 
 
 def scale_gradient(x: tf.Tensor, scale: float) -> tf.Tensor:
@@ -421,7 +422,7 @@ def make_agent(env_spec: types.EnvSpec,
       each torso's own (256; 128 for minatar, as MinAtar's network).
     mlp_sizes: hidden sizes of the MLP torso.
     spatial_hidden_channels: hidden channels of FullyConv spatial heads.
-    core: 'lstm' (`snt.LSTM`) or 'layer_norm_lstm'
+    core: 'lstm' (`cores.LSTM`, an `snt.LSTM`) or 'layer_norm_lstm'
       (`cores.LayerNormLSTM`).
     lstm_init: 'fan_in' (`initializers.SeededFanIn`, Sonnet's default: std
       1/sqrt(fan-in) for each kernel block) or 'glorot'

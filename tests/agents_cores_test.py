@@ -1,6 +1,7 @@
 """Tests of the resetting recurrent core and its while-loop unroll."""
 
 import numpy as np
+import pytest
 import sonnet as snt
 import tensorflow as tf
 
@@ -110,3 +111,70 @@ def test_layer_norm_lstm_matches_numpy_and_unrolls_with_resets():
   tf.nest.map_structure(
       lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
       final_state, expected_state)
+
+
+def test_lstm_split_step_equals_sonnet_lstm_and_loads_its_checkpoint(
+    tmp_path):
+  # cores.LSTM is snt.LSTM's step split in two: the same maths, the same
+  # variables (a checkpoint of either restores into the other).
+  rng = np.random.default_rng(3)
+  reference = snt.LSTM(8, forget_bias=1.0)
+  inputs, done = _inputs()
+  state = snt.LSTMState(tf.constant(rng.normal(size=(3, 8)), tf.float32),
+                        tf.constant(rng.normal(size=(3, 8)), tf.float32))
+  reference(inputs[0], state)  # creates the variables
+  reference.b.assign(rng.normal(size=32))  # a bias that is not 0 or 1
+  expected, expected_state = _python_loop(reference, inputs, done, state)
+  path = tf.train.Checkpoint(core=reference).write(str(tmp_path / 'ckpt'))
+  core = cores.LSTM(8)
+  core(inputs[0], state)  # creates the variables
+  tf.train.Checkpoint(core=core).read(path).assert_consumed()
+  got, got_state = _python_loop(core, inputs, done, state)
+  np.testing.assert_allclose(got, expected, atol=1e-6)
+  projected = core.step_projected(core.project_inputs(inputs[0]), state)
+  np.testing.assert_allclose(projected[0], core(inputs[0], state)[0],
+                             atol=1e-6)
+  # unroll projects all steps at once, in and out of a tf.function.
+  unrolled = (cores.unroll(core, inputs, done, state),
+              tf.function(cores.unroll, autograph=False)(core, inputs, done,
+                                                         state))
+  for outputs, final_state in unrolled:
+    np.testing.assert_allclose(outputs, expected, atol=1e-6)
+    tf.nest.map_structure(
+        lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
+        final_state, expected_state)
+
+
+@pytest.mark.parametrize('in_function', [False, True])
+def test_unroll_gradients_match_the_step_by_step_loop(in_function):
+  # cores.LSTM's unroll has a hand-written backward pass (lstm_unroll);
+  # automatic differentiation of the plain loop is the reference, with a
+  # state that is not zero, resets, and a loss on the outputs and the final
+  # state (whose gradients then also reach the initial state).
+  rng = np.random.default_rng(7)
+  core = cores.LSTM(8)
+  inputs, done = _inputs(steps=7)
+  done[0, 2] = True
+  state = snt.LSTMState(tf.constant(rng.normal(size=(3, 8)), tf.float32),
+                        tf.constant(rng.normal(size=(3, 8)), tf.float32))
+  _python_loop(core, inputs, done, state)  # creates the variables
+  core.b.assign(rng.normal(size=32) * 0.5)
+  weights = tf.constant(rng.normal(size=(7, 3, 8)), tf.float32)
+
+  def grads(fn):
+    with tf.GradientTape() as tape:
+      tape.watch([inputs, state])
+      outputs, final = fn(core, inputs, done, state)
+      loss = (tf.reduce_sum(tf.sin(outputs) * weights) +
+              tf.reduce_sum(final.hidden * final.cell) +
+              tf.reduce_sum(tf.square(final.cell)))
+    return tape.gradient(loss, [inputs, state] +
+                         list(core.trainable_variables))
+
+  reference = grads(_python_loop)
+  got = (tf.function(grads, autograph=False)(cores.unroll) if in_function
+         else grads(cores.unroll))
+  assert len(got) == len(reference) == 5  # inputs, state, w_i, w_h, b
+  tf.nest.map_structure(
+      lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5),
+      got, reference)
