@@ -183,10 +183,8 @@ def test_validate_accepts_the_defaults_and_fills_family_defaults():
     train.validate(flags.FLAGS)
     config = train.config_from_flags(flags.FLAGS)
   assert config.learner_config.step_mul == 4
-  # Atari's batch is 16 unrolls (it learns Pong in fewer frames than 32, see
-  # the README), half of them replayed.
-  assert config.learner_config.batch_size == 16
-  assert config.learner_config.num_replay == 8
+  assert config.learner_config.batch_size == 32
+  assert config.learner_config.num_replay == 16
   assert config.learner_config.learning_rate == 6e-4
   assert config.learner_config.optimizer == 'rmsprop'
   assert config.agent_config.core_size == 256
@@ -198,13 +196,13 @@ def test_validate_accepts_the_defaults_and_fills_family_defaults():
     gym_config = train.config_from_flags(flags.FLAGS)
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--env=atari:Pong', '--optimizer=adam',
-                 '--batch_size=32'])
+                 '--batch_size=16'])
     chosen = train.config_from_flags(flags.FLAGS)
   assert gym_config.learner_config.optimizer == 'adam'
   assert (gym_config.learner_config.batch_size,
           gym_config.learner_config.num_replay) == (32, 16)
   assert (chosen.learner_config.batch_size,
-          chosen.learner_config.num_replay) == (32, 16)
+          chosen.learner_config.num_replay) == (16, 8)
   assert gym_config.learner_config.total_environment_frames == 400_000
   assert chosen.learner_config.optimizer == 'adam'
 
