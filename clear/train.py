@@ -146,6 +146,9 @@ flags.DEFINE_float('learning_rate', None,
 flags.DEFINE_enum('optimizer', None, list(learner_lib.OPTIMIZERS),
                   'Optimizer (default per env family: rmsprop, as IMPALA, '
                   'for Atari; adam otherwise; see FAMILY_DEFAULTS).')
+flags.DEFINE_float('rmsprop_epsilon', 0.01,
+                   "RMSProp's epsilon (IMPALA's 0.01); see "
+                   '--rmsprop_epsilon_outside for where it is added.')
 flags.DEFINE_bool('rmsprop_epsilon_outside', False,
                   "Add RMSProp's epsilon after the square root, "
                   "lr g / (sqrt(ms) + eps), as PyTorch and TorchBeast, "
@@ -264,7 +267,7 @@ IMPALA_ONLY_FLAGS = ('discount_per', 'replay_proportion', 'replay_buffer_size',
                      'replay_prefill_unrolls', 'policy_cloning_cost',
                      'value_cloning_cost', 'baseline_cost', 'clip_advantage',
                      'optimizer', 'rmsprop_initial_mean_square',
-                     'rmsprop_epsilon_outside',
+                     'rmsprop_epsilon', 'rmsprop_epsilon_outside',
                      'num_critic_pretrain_frames',
                      'separate_critic', 'core', 'lstm_init',
                      'torso_grad_scale')
@@ -428,7 +431,10 @@ def _impala_problems(f):
     problems.append('--replay_buffer_size must be >= 1 with replay on.')
   if f.rmsprop_initial_mean_square < 0:
     problems.append('--rmsprop_initial_mean_square must be >= 0.')
-  for name in ('rmsprop_initial_mean_square', 'rmsprop_epsilon_outside'):
+  if not (math.isfinite(f.rmsprop_epsilon) and f.rmsprop_epsilon > 0):
+    problems.append('--rmsprop_epsilon must be a finite number > 0.')
+  for name in ('rmsprop_initial_mean_square', 'rmsprop_epsilon',
+               'rmsprop_epsilon_outside'):
     if f[name].present and family_default(f, 'optimizer') != 'rmsprop':
       problems.append(f'--{name} needs --optimizer=rmsprop.')
   return problems
@@ -592,6 +598,7 @@ def config_from_flags(f) -> run_loop.RunConfig:
         learning_rate=family_default(f, 'learning_rate'),
         optimizer=family_default(f, 'optimizer'),
         rmsprop_initial_mean_square=f.rmsprop_initial_mean_square,
+        rmsprop_epsilon=f.rmsprop_epsilon,
         rmsprop_epsilon_outside=f.rmsprop_epsilon_outside,
         fixed_step_mul=f.fixed_step_mul,
         step_mul=env_options.get('step_mul', 1),

@@ -151,6 +151,10 @@ def test_unknown_game_gives_one_message_and_no_traceback(tmp_path):
     (['--rmsprop_initial_mean_square=0'], 'needs --optimizer=rmsprop'),
     (['--rmsprop_epsilon_outside'], '--rmsprop_epsilon_outside needs '
      '--optimizer=rmsprop'),
+    (['--rmsprop_epsilon=1e-3'], '--rmsprop_epsilon needs '
+     '--optimizer=rmsprop'),
+    (['--rmsprop_epsilon=0', '--optimizer=rmsprop'],
+     '--rmsprop_epsilon must be a finite number > 0'),
     (['--torso_grad_scale=-0.5'], '--torso_grad_scale must be'),
     (['--algorithm=ppg', '--core=layer_norm_lstm'],
      '--core applies to --algorithm=impala only'),
@@ -363,7 +367,7 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--env=atari:Pong', '--core=layer_norm_lstm',
                  '--lstm_init=glorot', '--torso_grad_scale=0.5',
-                 '--rmsprop_epsilon_outside'])
+                 '--rmsprop_epsilon_outside', '--rmsprop_epsilon=1e-3'])
     train.validate(flags.FLAGS)
     config = train.config_from_flags(flags.FLAGS)
     flags.FLAGS.unparse_flags()
@@ -372,7 +376,9 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
   assert config.agent_config == train.policy_lib.AgentConfig(
       'auto', 256, False, 'layer_norm_lstm', 'glorot', 0.5)
   assert config.learner_config.rmsprop_epsilon_outside
+  assert config.learner_config.rmsprop_epsilon == 1e-3
   assert not default.learner_config.rmsprop_epsilon_outside
+  assert default.learner_config.rmsprop_epsilon == 0.01
   # run.json records core options only when they are not the defaults, so
   # runs made before the options existed resume unchanged.
   identity = train.run_loop.run_identity(config)
