@@ -378,7 +378,7 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
   assert config.learner_config.rmsprop_epsilon_outside
   assert config.learner_config.rmsprop_epsilon == 1e-3
   assert not default.learner_config.rmsprop_epsilon_outside
-  assert default.learner_config.rmsprop_epsilon == 0.01
+  assert default.learner_config.rmsprop_epsilon == 1e-5
   # run.json records core options only when they are not the defaults, so
   # runs made before the options existed resume unchanged.
   identity = train.run_loop.run_identity(config)

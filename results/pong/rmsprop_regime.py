@@ -1,0 +1,98 @@
+r"""Which layers does RMSProp's epsilon slow down? Read off a checkpoint.
+
+RMSProp moves a weight by lr g / sqrt(ms + eps) (TF1, IMPALA; the default)
+or lr g / (sqrt(ms) + eps) (`--rmsprop_epsilon_outside`), ms the running
+mean of g^2. Where sqrt(ms) is well above sqrt(eps) (or eps), the step is
+about lr per update whatever the gradient's scale; where it is below, the
+step shrinks in proportion: the weight is trained by plain SGD at lr /
+sqrt(eps). This reads the mean squares a run's newest checkpoint holds and
+prints JSON: per variable, percentiles of sqrt(ms) (the gradient's RMS) and
+of the step's fraction of the normalised step, sqrt(ms) / sqrt(ms + eps)
+(or sqrt(ms) / (sqrt(ms) + eps)), and the share of weights whose gradient
+never moved from zero (sqrt(ms) below 1e-9: e.g. ReLU units dead on every
+input).
+
+  python results/pong/rmsprop_regime.py --logdir=runs/pong --epsilon=0.01
+  python results/pong/rmsprop_regime.py --logdir=runs/pong_eps_outside \
+      --epsilon=0.01 --outside
+"""
+
+import json
+
+from absl import app
+from absl import flags
+import numpy as np
+import tensorflow as tf
+
+flags.DEFINE_string('logdir', None, 'The run (its checkpoints/ folder).')
+flags.DEFINE_float('epsilon', 0.01, "The run's --rmsprop_epsilon.")
+flags.DEFINE_bool('outside', False, "The run's --rmsprop_epsilon_outside.")
+flags.DEFINE_string('out', '', 'Also write the JSON here.')
+FLAGS = flags.FLAGS
+
+_SUFFIX = '/.ATTRIBUTES/VARIABLE_VALUE'
+
+
+def step_fraction(rms, epsilon, outside):
+  """The step's fraction of RMSProp's normalised step lr * sign(g)."""
+  if outside:
+    return rms / (rms + epsilon)
+  return rms / np.sqrt(np.square(rms) + epsilon)
+
+
+def regime(reader, epsilon: float, outside: bool) -> dict:
+  """Per agent variable (in the optimizer's slot order), gradient RMS and
+  step-fraction percentiles."""
+  shapes = reader.get_variable_to_shape_map()
+  # The optimizer's slots follow the agent's trainable variables, which
+  # Sonnet lists sorted by their attribute path: the checkpoint's order.
+  names = sorted(k[:-len(_SUFFIX)] for k in shapes
+                 if k.startswith('agent/') and k.endswith(_SUFFIX)
+                 and '/rng/' not in k)
+  slots = sorted((int(k.split('/')[2]), k) for k in shapes
+                 if k.startswith('optimizer/ms/') and k.endswith(_SUFFIX))
+  if len(slots) != len(names):
+    raise SystemExit(f'{len(slots)} RMSProp slots for {len(names)} agent '
+                     'variables: not an RMSProp checkpoint of this agent?')
+  result = {}
+  for name, (_, slot) in zip(names, slots):
+    if shapes[name + _SUFFIX] != shapes[slot]:
+      raise SystemExit(f'{slot} {shapes[slot]} does not match {name} '
+                       f'{shapes[name + _SUFFIX]}.')
+    rms = np.sqrt(reader.get_tensor(slot).astype(np.float64)).ravel()
+    fraction = step_fraction(rms, epsilon, outside)
+    result[name[len('agent/'):]] = {
+        'size': int(rms.size),
+        'grad_rms_p10_p50_p90': [float(f'{v:.3g}') for v in
+                                 np.percentile(rms, [10, 50, 90])],
+        'step_fraction_p10_p50_p90': [float(f'{v:.3g}') for v in
+                                      np.percentile(fraction, [10, 50, 90])],
+        'never_moved': round(float(np.mean(rms < 1e-9)), 3),
+    }
+  return result
+
+
+def main(argv):
+  del argv
+  if not FLAGS.logdir:
+    raise app.UsageError('--logdir is required.')
+  path = tf.train.latest_checkpoint(f'{FLAGS.logdir}/checkpoints')
+  if path is None:
+    raise SystemExit(f'no checkpoint in {FLAGS.logdir}/checkpoints')
+  reader = tf.train.load_checkpoint(path)
+  summary = {
+      'checkpoint': path,
+      'env_frames': int(reader.get_tensor('num_env_frames' + _SUFFIX)),
+      'epsilon': FLAGS.epsilon,
+      'epsilon_outside': FLAGS.outside,
+      'variables': regime(reader, FLAGS.epsilon, FLAGS.outside),
+  }
+  text = json.dumps(summary, indent=1)
+  print(text)
+  if FLAGS.out:
+    with open(FLAGS.out, 'w') as f:
+      f.write(text + '\n')
+
+
+if __name__ == '__main__':
+  app.run(main)
