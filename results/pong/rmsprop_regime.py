@@ -10,7 +10,8 @@ prints JSON: per variable, percentiles of sqrt(ms) (the gradient's RMS) and
 of the step's fraction of the normalised step, sqrt(ms) / sqrt(ms + eps)
 (or sqrt(ms) / (sqrt(ms) + eps)), and the share of weights whose gradient
 never moved from zero (sqrt(ms) below 1e-9: e.g. ReLU units dead on every
-input).
+input); and the variable's share of all the summed mean squares, the
+(clipped) gradient's expected squared global norm.
 
   python results/pong/rmsprop_regime.py --logdir=runs/pong --epsilon=0.01
   python results/pong/rmsprop_regime.py --logdir=runs/pong_eps_outside \
@@ -27,6 +28,8 @@ import tensorflow as tf
 flags.DEFINE_string('logdir', None, 'The run (its checkpoints/ folder).')
 flags.DEFINE_float('epsilon', 0.01, "The run's --rmsprop_epsilon.")
 flags.DEFINE_bool('outside', False, "The run's --rmsprop_epsilon_outside.")
+flags.DEFINE_string('checkpoint', '', 'A checkpoint path (default: the '
+                    "logdir's latest).")
 flags.DEFINE_string('out', '', 'Also write the JSON here.')
 FLAGS = flags.FLAGS
 
@@ -55,11 +58,14 @@ def regime(reader, epsilon: float, outside: bool) -> dict:
     raise SystemExit(f'{len(slots)} RMSProp slots for {len(names)} agent '
                      'variables: not an RMSProp checkpoint of this agent?')
   result = {}
+  square_sums = {}
   for name, (_, slot) in zip(names, slots):
     if shapes[name + _SUFFIX] != shapes[slot]:
       raise SystemExit(f'{slot} {shapes[slot]} does not match {name} '
                        f'{shapes[name + _SUFFIX]}.')
-    rms = np.sqrt(reader.get_tensor(slot).astype(np.float64)).ravel()
+    mean_square = reader.get_tensor(slot).astype(np.float64).ravel()
+    square_sums[name] = float(np.sum(mean_square))
+    rms = np.sqrt(mean_square)
     fraction = step_fraction(rms, epsilon, outside)
     result[name[len('agent/'):]] = {
         'size': int(rms.size),
@@ -69,6 +75,12 @@ def regime(reader, epsilon: float, outside: bool) -> dict:
                                       np.percentile(fraction, [10, 50, 90])],
         'never_moved': round(float(np.mean(rms < 1e-9)), 3),
     }
+  # Summed mean squares: each variable's share of the (clipped) gradient's
+  # expected squared global norm.
+  total = sum(square_sums.values())
+  for name, square_sum in square_sums.items():
+    result[name[len('agent/'):]]['share_of_squared_norm'] = float(
+        f'{square_sum / total:.3g}')
   return result
 
 
@@ -76,7 +88,8 @@ def main(argv):
   del argv
   if not FLAGS.logdir:
     raise app.UsageError('--logdir is required.')
-  path = tf.train.latest_checkpoint(f'{FLAGS.logdir}/checkpoints')
+  path = (FLAGS.checkpoint or
+          tf.train.latest_checkpoint(f'{FLAGS.logdir}/checkpoints'))
   if path is None:
     raise SystemExit(f'no checkpoint in {FLAGS.logdir}/checkpoints')
   reader = tf.train.load_checkpoint(path)
