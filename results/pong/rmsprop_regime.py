@@ -5,15 +5,16 @@ or lr g / (sqrt(ms) + eps) (`--rmsprop_epsilon_outside`), ms the running
 mean of g^2. Where sqrt(ms) is well above sqrt(eps) (or eps), the step is
 about lr per update whatever the gradient's scale; where it is below, the
 step shrinks in proportion: the weight is trained by plain SGD at lr /
-sqrt(eps). This reads the mean squares a run's newest checkpoint holds and
-prints JSON: per variable, percentiles of sqrt(ms) (the gradient's RMS) and
+sqrt(eps). This reads the mean squares a run's newest checkpoint (or
+`--checkpoint`) holds and prints JSON: per variable, percentiles of sqrt(ms) (the gradient's RMS) and
 of the step's fraction of the normalised step, sqrt(ms) / sqrt(ms + eps)
 (or sqrt(ms) / (sqrt(ms) + eps)), and the share of weights whose gradient
 never moved from zero (sqrt(ms) below 1e-9: e.g. ReLU units dead on every
 input); and the variable's share of all the summed mean squares, the
 (clipped) gradient's expected squared global norm.
 
-  python results/pong/rmsprop_regime.py --logdir=runs/pong --epsilon=0.01
+  python results/pong/rmsprop_regime.py --logdir=runs/pong
+  python results/pong/rmsprop_regime.py --logdir=runs/pong_eps0.01 --epsilon=0.01
   python results/pong/rmsprop_regime.py --logdir=runs/pong_eps_outside \
       --epsilon=0.01 --outside
 """
@@ -25,8 +26,11 @@ from absl import flags
 import numpy as np
 import tensorflow as tf
 
+from clear import learner as learner_lib
+
 flags.DEFINE_string('logdir', None, 'The run (its checkpoints/ folder).')
-flags.DEFINE_float('epsilon', 0.01, "The run's --rmsprop_epsilon.")
+flags.DEFINE_float('epsilon', learner_lib.LearnerConfig().rmsprop_epsilon,
+                   "The run's --rmsprop_epsilon (default: the learner's).")
 flags.DEFINE_bool('outside', False, "The run's --rmsprop_epsilon_outside.")
 flags.DEFINE_string('checkpoint', '', 'A checkpoint path (default: the '
                     "logdir's latest).")
@@ -45,7 +49,8 @@ def step_fraction(rms, epsilon, outside):
 
 def regime(reader, epsilon: float, outside: bool) -> dict:
   """Per agent variable (in the optimizer's slot order), gradient RMS and
-  step-fraction percentiles."""
+  step-fraction percentiles, never-moved share and share of the summed mean
+  squares."""
   shapes = reader.get_variable_to_shape_map()
   # The optimizer's slots follow the agent's trainable variables, which
   # Sonnet lists sorted by their attribute path: the checkpoint's order.
@@ -64,10 +69,11 @@ def regime(reader, epsilon: float, outside: bool) -> dict:
       raise SystemExit(f'{slot} {shapes[slot]} does not match {name} '
                        f'{shapes[name + _SUFFIX]}.')
     mean_square = reader.get_tensor(slot).astype(np.float64).ravel()
-    square_sums[name] = float(np.sum(mean_square))
     rms = np.sqrt(mean_square)
     fraction = step_fraction(rms, epsilon, outside)
-    result[name[len('agent/'):]] = {
+    key = name[len('agent/'):]
+    square_sums[key] = float(np.sum(mean_square))
+    result[key] = {
         'size': int(rms.size),
         'grad_rms_p10_p50_p90': [float(f'{v:.3g}') for v in
                                  np.percentile(rms, [10, 50, 90])],
@@ -78,8 +84,8 @@ def regime(reader, epsilon: float, outside: bool) -> dict:
   # Summed mean squares: each variable's share of the (clipped) gradient's
   # expected squared global norm.
   total = sum(square_sums.values())
-  for name, square_sum in square_sums.items():
-    result[name[len('agent/'):]]['share_of_squared_norm'] = float(
+  for key, square_sum in square_sums.items():
+    result[key]['share_of_squared_norm'] = float(
         f'{square_sum / total:.3g}')
   return result
 
