@@ -9,9 +9,11 @@ one-hot encoding of the previous action of every non-spatial head. The core
 state of a row is reset to the initial state where `done` is set, before the
 row's observation is processed. The core is an LSTM (`cores.LSTM`,
 `snt.LSTM`'s maths) or a layer-normalised LSTM (`cores.LayerNormLSTM`), its
-kernels drawn per block by fan-in or Glorot-uniform over the concatenated kernel as in TF1 (`lstm_init`), and
+kernels drawn per block by fan-in or Glorot-uniform over the concatenated
+kernel as in TF1 (`lstm_init`), and
 the gradient it sends back into the torso features can be scaled
-(`torso_grad_scale`); see `make_agent`.
+(`torso_grad_scale`); the torso's hidden layers use ReLU or another
+`torsos.ACTIVATIONS` entry (`torso_activation`); see `make_agent`.
 
 `unroll` applies the torso and heads once to the merged `[T * B, ...]` batch
 and runs only the core over time (`cores.unroll`: the core's input
@@ -46,6 +48,7 @@ NETWORKS = ('auto', 'impala_shallow', 'impala_deep', 'mlp', 'fullyconv',
 
 CORES = ('lstm', 'layer_norm_lstm')
 LSTM_INITS = ('fan_in', 'glorot')
+TORSO_ACTIVATIONS = tuple(torsos.ACTIVATIONS)
 
 # 'auto' gives a single image no larger than this on both sides (MinAtar's
 # 10x10 boards) the small MinAtar torso instead of IMPALA's 84x84 one.
@@ -403,7 +406,8 @@ def make_agent(env_spec: types.EnvSpec,
                spatial_hidden_channels: int = 16,
                core: str = 'lstm',
                lstm_init: str = 'fan_in',
-               torso_grad_scale: float = 1.0) -> Agent:
+               torso_grad_scale: float = 1.0,
+               torso_activation: str = 'relu') -> Agent:
   """Builds an IMPALA agent for `env_spec`.
 
   Args:
@@ -431,6 +435,9 @@ def make_agent(env_spec: types.EnvSpec,
     torso_grad_scale: the gradient from the core into the torso features is
       multiplied by this (1: unchanged); the forward pass is unchanged.
       No effect on a feed-forward agent.
+    torso_activation: the torso's hidden-layer activation, a
+      `TORSO_ACTIVATIONS` name: 'relu' (the papers'), 'leaky_relu' (slope
+      0.01 below zero) or 'elu'.
 
   Returns:
     An `Agent` with its variables built.
@@ -454,24 +461,30 @@ def make_agent(env_spec: types.EnvSpec,
   if not (np.isfinite(torso_grad_scale) and torso_grad_scale >= 0):
     raise ValueError(f'torso_grad_scale must be a finite number >= 0, got '
                      f'{torso_grad_scale!r}')
+  if torso_activation not in TORSO_ACTIVATIONS:
+    raise ValueError(f'torso_activation must be one of {TORSO_ACTIVATIONS}, '
+                     f'got {torso_activation!r}')
   network = resolve_network(env_spec, network)
   obs_spec = env_spec.observation_spec
   mask_keys = {s.mask_key for s in env_spec.action_spec.values()
                if s.mask_key is not None}
 
-  size = {} if torso_size is None else {'output_size': int(torso_size)}
+  options = {'activation': torso_activation}
+  if torso_size is not None:
+    options['output_size'] = int(torso_size)
 
   def make_torso(name, w_init):
     if network == 'impala_shallow':
-      return torsos.ImpalaShallowTorso(obs_spec, w_init, name=name, **size)
+      return torsos.ImpalaShallowTorso(obs_spec, w_init, name=name, **options)
     if network == 'impala_deep':
-      return torsos.ImpalaDeepTorso(obs_spec, w_init, name=name, **size)
+      return torsos.ImpalaDeepTorso(obs_spec, w_init, name=name, **options)
     if network == 'minatar':
-      return torsos.MinAtarTorso(obs_spec, w_init, name=name, **size)
+      return torsos.MinAtarTorso(obs_spec, w_init, name=name, **options)
     if network == 'mlp':
-      return torsos.MLPTorso(obs_spec, w_init, mlp_sizes, name=name)
+      return torsos.MLPTorso(obs_spec, w_init, mlp_sizes, name=name,
+                             activation=torso_activation)
     return torsos.FullyConvTorso(obs_spec, w_init, mask_keys, name=name,
-                                 **size)
+                                 **options)
 
   return Agent(env_spec, make_torso, core_size=int(core_size),
                separate_critic=bool(separate_critic), seed=seed,

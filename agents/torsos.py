@@ -8,13 +8,34 @@ action heads read, keyed by `(height, width)`.
 
 Preprocessing (`to_float`): uint8 arrays are divided by 255, everything else
 (bool boards, float vectors) is cast to float32.
+
+Every hidden layer is followed by the torso's `activation` (`ACTIVATIONS`):
+ReLU, as in the papers, by default. A ReLU unit whose input is negative on
+every observation gets no gradient and stays dead; 'leaky_relu' and 'elu'
+keep a gradient there.
 """
 
-from typing import Dict, NamedTuple, Optional, Sequence, Tuple
+import functools
+from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import sonnet as snt
 import tensorflow as tf
 
+
+# Name -> elementwise function. Leaky ReLU's slope is Maas et al.'s 0.01.
+ACTIVATIONS: Dict[str, Callable[[tf.Tensor], tf.Tensor]] = {
+    'relu': tf.nn.relu,
+    'leaky_relu': functools.partial(tf.nn.leaky_relu, alpha=0.01),
+    'elu': tf.nn.elu,
+}
+
+
+def activation_fn(name: str) -> Callable[[tf.Tensor], tf.Tensor]:
+  """The `ACTIVATIONS` entry `name`; ValueError naming the choices if none."""
+  if name not in ACTIVATIONS:
+    raise ValueError(f'activation must be one of {sorted(ACTIVATIONS)}, got '
+                     f'{name!r}')
+  return ACTIVATIONS[name]
 
 
 class TorsoOutput(NamedTuple):
@@ -71,8 +92,9 @@ class _ImageTorso(snt.Module):
   Rank-1 observations (if any) are concatenated to the image features.
   """
 
-  def __init__(self, observation_spec, name):
+  def __init__(self, observation_spec, name, activation='relu'):
     super().__init__(name=name)
+    self._act = activation_fn(activation)
     keys = image_keys(observation_spec)
     if len(keys) != 1:
       raise ValueError(
@@ -95,20 +117,20 @@ class _ImageTorso(snt.Module):
 class ImpalaShallowTorso(_ImageTorso):
   """The IMPALA shallow network: conv 16 8x8/4, conv 32 4x4/2, linear 256.
 
-  All layers are followed by a ReLU.
+  All layers are followed by a ReLU (or `activation`).
   """
 
   def __init__(self, observation_spec, w_init, output_size: int = 256,
-               name: str = 'impala_shallow_torso'):
-    super().__init__(observation_spec, name=name)
+               name: str = 'impala_shallow_torso', activation: str = 'relu'):
+    super().__init__(observation_spec, name=name, activation=activation)
     self._conv1 = snt.Conv2D(16, 8, stride=4, w_init=w_init, name='conv1')
     self._conv2 = snt.Conv2D(32, 4, stride=2, w_init=w_init, name='conv2')
     self._linear = snt.Linear(output_size, w_init=w_init, name='linear')
 
   def _encode(self, image):
-    x = tf.nn.relu(self._conv1(image))
-    x = tf.nn.relu(self._conv2(x))
-    return tf.nn.relu(self._linear(snt.flatten(x)))
+    x = self._act(self._conv1(image))
+    x = self._act(self._conv2(x))
+    return self._act(self._linear(snt.flatten(x)))
 
 
 class MinAtarTorso(_ImageTorso):
@@ -121,28 +143,30 @@ class MinAtarTorso(_ImageTorso):
   """
 
   def __init__(self, observation_spec, w_init, output_size: int = 128,
-               channels: int = 16, name: str = 'minatar_torso'):
-    super().__init__(observation_spec, name=name)
+               channels: int = 16, name: str = 'minatar_torso',
+               activation: str = 'relu'):
+    super().__init__(observation_spec, name=name, activation=activation)
     self._conv = snt.Conv2D(channels, 3, padding='VALID', w_init=w_init,
                             name='conv')
     self._linear = snt.Linear(output_size, w_init=w_init, name='linear')
 
   def _encode(self, image):
-    x = tf.nn.relu(self._conv(image))
-    return tf.nn.relu(self._linear(snt.flatten(x)))
+    x = self._act(self._conv(image))
+    return self._act(self._linear(snt.flatten(x)))
 
 
 class _ResidualBlock(snt.Module):
-  """x + conv(relu(conv(relu(x)))), 3x3 convs keeping the channel count."""
+  """x + conv(act(conv(act(x)))), 3x3 convs keeping the channel count."""
 
-  def __init__(self, channels, w_init, name):
+  def __init__(self, channels, w_init, name, act=tf.nn.relu):
     super().__init__(name=name)
+    self._act = act
     self._conv1 = snt.Conv2D(channels, 3, w_init=w_init, name='conv1')
     self._conv2 = snt.Conv2D(channels, 3, w_init=w_init, name='conv2')
 
   def __call__(self, x):
-    y = self._conv1(tf.nn.relu(x))
-    y = self._conv2(tf.nn.relu(y))
+    y = self._conv1(self._act(x))
+    y = self._conv2(self._act(y))
     return x + y
 
 
@@ -155,14 +179,14 @@ class ImpalaDeepTorso(_ImageTorso):
 
   def __init__(self, observation_spec, w_init, output_size: int = 256,
                channels: Sequence[int] = (16, 32, 32),
-               name: str = 'impala_deep_torso'):
-    super().__init__(observation_spec, name=name)
+               name: str = 'impala_deep_torso', activation: str = 'relu'):
+    super().__init__(observation_spec, name=name, activation=activation)
     self._sections = []
     for i, c in enumerate(channels):
       self._sections.append((
           snt.Conv2D(c, 3, w_init=w_init, name=f'section{i}_conv'),
-          _ResidualBlock(c, w_init, name=f'section{i}_block0'),
-          _ResidualBlock(c, w_init, name=f'section{i}_block1'),
+          _ResidualBlock(c, w_init, f'section{i}_block0', self._act),
+          _ResidualBlock(c, w_init, f'section{i}_block1', self._act),
       ))
     self._linear = snt.Linear(output_size, w_init=w_init, name='linear')
 
@@ -172,17 +196,19 @@ class ImpalaDeepTorso(_ImageTorso):
       x = conv(x)
       x = tf.nn.max_pool2d(x, 3, strides=2, padding='SAME')
       x = block1(block0(x))
-    x = tf.nn.relu(x)
-    return tf.nn.relu(self._linear(snt.flatten(x)))
+    x = self._act(x)
+    return self._act(self._linear(snt.flatten(x)))
 
 
 class MLPTorso(snt.Module):
-  """Concatenated vector observations through ReLU linear layers."""
+  """Concatenated vector observations through ReLU (or `activation`) linear
+  layers."""
 
   def __init__(self, observation_spec, w_init,
                hidden_sizes: Sequence[int] = (256, 256),
-               name: str = 'mlp_torso'):
+               name: str = 'mlp_torso', activation: str = 'relu'):
     super().__init__(name=name)
+    self._act = activation_fn(activation)
     bad = [k for k, s in observation_spec.items() if len(s.shape) > 1]
     if bad:
       raise ValueError(
@@ -197,7 +223,7 @@ class MLPTorso(snt.Module):
   def __call__(self, observation) -> TorsoOutput:
     x = _concat_vectors(observation, self._keys)
     for layer in self._layers:
-      x = tf.nn.relu(layer(x))
+      x = self._act(layer(x))
     return TorsoOutput(x, {})
 
 
@@ -205,7 +231,8 @@ class FullyConvTorso(snt.Module):
   """The SC2LE FullyConv state encoder (Vinyals et al. 2017), recurrent-ready.
 
   - Every `[H, W, C]` observation (screen, minimap) goes through its own
-    conv 16 5x5 and conv 32 3x3 ('SAME', ReLU), keeping its resolution.
+    conv 16 5x5 and conv 32 3x3 ('SAME', ReLU or `activation`), keeping its
+    resolution.
   - The rank-1 observations that are not action masks (player, ...) are
     squashed with `signed_log1p` and broadcast as planes.
   - The fused map of a resolution concatenates the conv outputs of that
@@ -216,8 +243,10 @@ class FullyConvTorso(snt.Module):
   """
 
   def __init__(self, observation_spec, w_init, mask_keys=(),
-               output_size: int = 256, name: str = 'fullyconv_torso'):
+               output_size: int = 256, name: str = 'fullyconv_torso',
+               activation: str = 'relu'):
     super().__init__(name=name)
+    self._act = activation_fn(activation)
     self._spatial_keys = image_keys(observation_spec)
     if not self._spatial_keys:
       raise ValueError(
@@ -245,8 +274,8 @@ class FullyConvTorso(snt.Module):
     maps = {}
     for k in self._spatial_keys:
       conv1, conv2 = self._convs[k]
-      x = tf.nn.relu(conv1(to_float(observation[k])))
-      x = tf.nn.relu(conv2(x))
+      x = self._act(conv1(to_float(observation[k])))
+      x = self._act(conv2(x))
       maps.setdefault(self._resolutions[k], []).append(x)
     planes = _concat_vectors(observation, self._plane_keys)
     if planes is not None:
@@ -257,7 +286,7 @@ class FullyConvTorso(snt.Module):
         xs = xs + [planes[:, None, None, :] * tf.ones([1, h, w, 1])]
       fused[(h, w)] = tf.concat(xs, axis=-1)
     flat = tf.concat([snt.flatten(m) for m in fused.values()], axis=-1)
-    features = tf.nn.relu(self._linear(flat))
+    features = self._act(self._linear(flat))
     masks = _concat_vectors(observation, self._mask_keys)
     if masks is not None:
       features = tf.concat([features, masks], axis=-1)

@@ -29,8 +29,9 @@ INIT_SCOPES = ('all', 'critic', 'policy')
 class AgentConfig(NamedTuple):
   """Network choices, shared by the learner's agent and the actors' copies.
 
-  `core`, `lstm_init` and `torso_grad_scale` are the IMPALA agent's (see
-  `agents.make_agent`); the other algorithms' networks take the defaults.
+  `core`, `lstm_init`, `torso_grad_scale` and `torso_activation` are the
+  IMPALA agent's (see `agents.make_agent`); the other algorithms' networks
+  take the defaults.
   """
   network: str = 'auto'
   core_size: int = 256
@@ -38,11 +39,13 @@ class AgentConfig(NamedTuple):
   core: str = 'lstm'
   lstm_init: str = 'fan_in'
   torso_grad_scale: float = 1.0
+  torso_activation: str = 'relu'
 
 
-# The IMPALA agent's core options in `AgentConfig`; run.json records them
-# only when they differ from the defaults.
-CORE_OPTION_FIELDS = ('core', 'lstm_init', 'torso_grad_scale')
+# The IMPALA agent's core and torso options in `AgentConfig`; run.json
+# records them only when they differ from the defaults.
+CORE_OPTION_FIELDS = ('core', 'lstm_init', 'torso_grad_scale',
+                      'torso_activation')
 
 
 def to_numpy(nest):
@@ -246,7 +249,9 @@ class ImpalaPolicy(Policy):
                                    seed=seed, core=agent_config.core,
                                    lstm_init=agent_config.lstm_init,
                                    torso_grad_scale=(
-                                       agent_config.torso_grad_scale))
+                                       agent_config.torso_grad_scale),
+                                   torso_activation=(
+                                       agent_config.torso_activation))
     self._step = tf.function(self.agent.step)  # make_agent built the weights.
     self.learner = None
     if learner_config is not None:

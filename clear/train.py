@@ -135,6 +135,11 @@ flags.DEFINE_enum('lstm_init', 'fan_in', list(agents_lib.LSTM_INITS),
 flags.DEFINE_float('torso_grad_scale', 1.0,
                    'Multiplies the gradient the core sends back into the '
                    'torso (forward pass unchanged).')
+flags.DEFINE_enum('torso_activation', 'relu',
+                  list(agents_lib.TORSO_ACTIVATIONS),
+                  "The torso's hidden-layer activation: relu (the papers'), "
+                  'leaky_relu (slope 0.01 below zero) or elu; the latter two '
+                  'keep a gradient in units a ReLU would leave dead.')
 
 FLAG_GROUPS.heading('Learner')
 flags.DEFINE_integer('batch_size', None,
@@ -273,7 +278,7 @@ IMPALA_ONLY_FLAGS = ('discount_per', 'replay_proportion', 'replay_buffer_size',
                      'rmsprop_epsilon', 'rmsprop_epsilon_outside',
                      'num_critic_pretrain_frames',
                      'separate_critic', 'core', 'lstm_init',
-                     'torso_grad_scale')
+                     'torso_grad_scale', 'torso_activation')
 
 
 def _field_help(entry, field: str) -> str:
@@ -612,7 +617,8 @@ def config_from_flags(f) -> run_loop.RunConfig:
       env_name=f.env, env_options=env_options, algorithm=f.algorithm,
       agent_config=policy_lib.AgentConfig(
           f.network, core_size, f.separate_critic, core=f.core,
-          lstm_init=f.lstm_init, torso_grad_scale=f.torso_grad_scale),
+          lstm_init=f.lstm_init, torso_grad_scale=f.torso_grad_scale,
+          torso_activation=f.torso_activation),
       learner_config=learner_config, logdir=f.logdir, seed=f.seed,
       num_actors=f.num_actors,
       envs_per_actor=envs_per_actor(f, learner_config),
@@ -642,7 +648,7 @@ def config_from_flags(f) -> run_loop.RunConfig:
 # run.json fields that decide the network, each set by the flag of that
 # name: a flag given with another value is refused.
 NETWORK_FIELDS = ('algorithm', 'network', 'core_size', 'separate_critic',
-                  'core', 'lstm_init', 'torso_grad_scale')
+                  'core', 'lstm_init', 'torso_grad_scale', 'torso_activation')
 # Keys of run.json's env_options that `env_options_from_flags` sets, each
 # from the flag of that name. Given with other values (or with --env), they
 # pick another env, allowed when its spaces are the same.

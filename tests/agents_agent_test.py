@@ -36,7 +36,8 @@ FAMILIES = {
     'shallow_layer_norm_glorot': (
         testing.atari_spec, dict(network='impala_shallow',
                                  core='layer_norm_lstm', lstm_init='glorot',
-                                 torso_grad_scale=0.5)),
+                                 torso_grad_scale=0.5,
+                                 torso_activation='leaky_relu')),
     'mlp_layer_norm_separate_critic': (
         testing.control_spec, dict(network='mlp', core='layer_norm_lstm',
                                    separate_critic=True)),
@@ -421,7 +422,8 @@ def test_torso_grad_scale_scales_only_the_torso_gradient():
     (dict(core='gru'), 'core must be one of'),
     (dict(lstm_init='orthogonal'), 'lstm_init must be one of'),
     (dict(torso_grad_scale=-1.0), 'torso_grad_scale must be'),
-    (dict(torso_grad_scale=float('nan')), 'torso_grad_scale must be')])
+    (dict(torso_grad_scale=float('nan')), 'torso_grad_scale must be'),
+    (dict(torso_activation='tanh'), 'torso_activation must be one of')])
 def test_bad_core_options(kwargs, match):
   with pytest.raises(ValueError, match=match):
     agents.make_agent(testing.control_spec(), network='mlp', core_size=4,

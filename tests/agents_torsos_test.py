@@ -50,6 +50,56 @@ def test_impala_shallow_layer_shapes():
   assert shapes['linear/w:0'] == [11 * 11 * 32, 256]
 
 
+@pytest.mark.parametrize('activation, reference', [
+    ('relu', lambda x: np.maximum(x, 0.)),
+    ('leaky_relu', lambda x: np.where(x > 0, x, 0.01 * x)),
+    ('elu', lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.))))])
+def test_mlp_torso_activation_matches_numpy(activation, reference):
+  spec = testing.control_spec(obs_size=5)
+  torso = torsos.MLPTorso(spec.observation_spec, _w_init(), (7, 3),
+                          activation=activation)
+  obs = testing.random_observation(spec, (N,), np.random.default_rng(0))
+  x = np.concatenate([np.asarray(obs[k], np.float32).reshape(N, -1)
+                      for k in spec.observation_spec], axis=-1)
+  features = torso(obs).features.numpy()
+  for layer in torso._layers:
+    x = reference(x @ layer.w.numpy() + layer.b.numpy())
+  np.testing.assert_allclose(features, x, rtol=1e-5, atol=1e-6)
+  assert (features < 0).any() == (activation != 'relu')
+
+
+@pytest.mark.parametrize('torso_cls, first_bias', [
+    (torsos.ImpalaShallowTorso, 'conv1/b'), (torsos.MinAtarTorso, 'conv/b')])
+def test_leaky_activations_keep_a_gradient_in_dead_units(torso_cls,
+                                                         first_bias):
+  # Every first-layer unit pushed below zero on every input (bias -10):
+  # a ReLU torso sends no gradient to that layer, leaky ReLU and ELU do.
+  spec = (_minatar_spec(4) if torso_cls is torsos.MinAtarTorso
+          else testing.atari_spec())
+  obs = testing.random_observation(spec, (N,), np.random.default_rng(0))
+
+  def first_layer_gradient(activation):
+    torso = torso_cls(spec.observation_spec, _w_init(), activation=activation)
+    torso(obs)
+    named = {v.name.split('/', 1)[1][:-2]: v for v in torso.trainable_variables}
+    named[first_bias].assign(tf.fill(named[first_bias].shape, -10.))
+    kernel = named[first_bias[:-1] + 'w']
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_sum(torso(obs).features)
+    return tape.gradient(loss, kernel)
+
+  relu = first_layer_gradient('relu')
+  assert relu is None or not np.any(relu.numpy())
+  for activation in ('leaky_relu', 'elu'):
+    assert np.all(first_layer_gradient(activation).numpy() != 0), activation
+
+
+def test_unknown_activation_is_refused():
+  with pytest.raises(ValueError, match=r"activation must be one of \['elu'"):
+    torsos.MLPTorso(testing.control_spec().observation_spec, _w_init(),
+                    activation='tanh')
+
+
 def test_mlp_torso_concatenates_vectors():
   spec = testing.control_spec(obs_size=5)
   torso = torsos.MLPTorso(spec.observation_spec, _w_init(), (7, 3))

@@ -367,6 +367,7 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--env=atari:Pong', '--core=layer_norm_lstm',
                  '--lstm_init=glorot', '--torso_grad_scale=0.5',
+                 '--torso_activation=elu',
                  '--rmsprop_epsilon_outside', '--rmsprop_epsilon=1e-3'])
     train.validate(flags.FLAGS)
     config = train.config_from_flags(flags.FLAGS)
@@ -374,7 +375,7 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
     flags.FLAGS(['train', '--env=atari:Pong'])
     default = train.config_from_flags(flags.FLAGS)
   assert config.agent_config == train.policy_lib.AgentConfig(
-      'auto', 256, False, 'layer_norm_lstm', 'glorot', 0.5)
+      'auto', 256, False, 'layer_norm_lstm', 'glorot', 0.5, 'elu')
   assert config.learner_config.rmsprop_epsilon_outside
   assert config.learner_config.rmsprop_epsilon == 1e-3
   assert not default.learner_config.rmsprop_epsilon_outside
@@ -383,9 +384,10 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
   # runs made before the options existed resume unchanged.
   identity = train.run_loop.run_identity(config)
   assert (identity['core'], identity['lstm_init'],
-          identity['torso_grad_scale']) == ('layer_norm_lstm', 'glorot', 0.5)
-  assert not {'core', 'lstm_init', 'torso_grad_scale'} & set(
-      train.run_loop.run_identity(default))
+          identity['torso_grad_scale'], identity['torso_activation']) == (
+              'layer_norm_lstm', 'glorot', 0.5, 'elu')
+  assert not {'core', 'lstm_init', 'torso_grad_scale', 'torso_activation'} & (
+      set(train.run_loop.run_identity(default)))
   # Test mode takes a saved core; a run.json without one had Sonnet's LSTM,
   # and a flag for another core is refused by name.
   saved = {'algorithm': 'impala', 'core_size': 256, 'env': 'atari:Pong',
@@ -401,6 +403,19 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
     with pytest.raises(train.app.UsageError,
                        match="--core='layer_norm_lstm': the run in /x was "
                              "made with core='lstm'"):
+      train.adopt_run_settings(flags.FLAGS, saved, '/x')
+    # The same for the torso's activation: taken from run.json, ReLU when
+    # run.json has none, another one refused.
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--mode=test'])
+    train.adopt_run_settings(flags.FLAGS, dict(saved, torso_activation='elu'),
+                             '/x')
+    assert flags.FLAGS.torso_activation == 'elu'
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--mode=test', '--torso_activation=leaky_relu'])
+    with pytest.raises(train.app.UsageError,
+                       match="--torso_activation='leaky_relu': the run in /x "
+                             "was made with torso_activation='relu'"):
       train.adopt_run_settings(flags.FLAGS, saved, '/x')
 
 
