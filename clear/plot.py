@@ -29,6 +29,10 @@ that `--summary_out` wrote (`--reference=path.json`, or
 summary's `--at_frames`, at the first crossing of its threshold and at its
 end, as a dashed line with markers in the training panel.
 
+`--max_frames=N` draws only the points at or below N env frames, so that
+the start of long runs (or references) can be compared with short ones; the
+summaries still cover everything.
+
 Event files are read from the local logdir and its subfolders with
 TensorBoard's protos, without TensorFlow. A resumed run's points that a
 later restart went back over are dropped, as TensorBoard does.
@@ -42,7 +46,7 @@ import os
 import re
 import struct
 import sys
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from absl import app
 from absl import flags
@@ -462,17 +466,30 @@ def _task_order(runs: Sequence[Run]) -> List[str]:
       [t for t in tasks if any(t in run.eval_curves for run in runs)])
 
 
+def up_to(steps: np.ndarray, values: np.ndarray,
+          max_frames: Optional[int]) -> Tuple[np.ndarray, np.ndarray]:
+  """The `(steps, values)` pairs at steps <= `max_frames` (None: all)."""
+  steps, values = np.asarray(steps), np.asarray(values)
+  if max_frames is None:
+    return steps, values
+  keep = steps <= max_frames
+  return steps[keep], values[keep]
+
+
 def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
               dpi: int = 100,
               references: Sequence[Reference] = (),
               baselines: Optional[continual.Baselines] = None,
-              training_panel: bool = True) -> str:
+              training_panel: bool = True,
+              max_frames: Optional[int] = None) -> str:
   """Draws `runs` (and `references`, in the training panel) into the PNG
   `out` (see the module docstring). With `baselines`, each task's panel
   marks its single-task (high) and random (low) returns, and a summary
   panel draws each run's mean normalised evaluation return
   (`normalized_mean_curve`). `training_panel=False` leaves out the panel
-  of training returns.
+  of training returns. `max_frames` keeps only the points at or below it
+  (`up_to`; smoothing is applied before the cut, so the drawn part is the
+  same as in the whole figure).
 
   Returns:
     `out`.
@@ -519,8 +536,9 @@ def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
     if panel == 'normalized':
       for i, run in enumerate(runs):
         series = normalized_mean_curve(run, normalization)
-        if len(series.steps):
-          ax.plot(series.steps, series.values, color=colors[i % len(colors)],
+        steps, values = up_to(series.steps, series.values, max_frames)
+        if len(steps):
+          ax.plot(steps, values, color=colors[i % len(colors)],
                   marker='o', ms=2.5, lw=1.2, label=run.label)
       ax.axhline(1.0, color='0.3', lw=0.8, ls='--')
       ax.axhline(0.0, color='0.6', lw=0.8, ls='--')
@@ -534,12 +552,14 @@ def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
           color = colors[i % len(colors)]
           label = run.label if len(run.train_curves) == 1 else (
               f'{run.label}: {env}')
-          ax.plot(series.steps, series.values, color=color, alpha=0.2, lw=0.5)
-          ax.plot(series.steps, smooth(series.values, smoothing),
+          ax.plot(*up_to(series.steps, series.values, max_frames),
+                  color=color, alpha=0.2, lw=0.5)
+          ax.plot(*up_to(series.steps, smooth(series.values, smoothing),
+                         max_frames),
                   color=color, ls=styles[j % len(styles)], lw=1.2,
                   label=label)
       for i, reference in enumerate(references, start=len(runs)):
-        ax.plot(reference.steps, reference.means,
+        ax.plot(*up_to(reference.steps, reference.means, max_frames),
                 color=colors[i % len(colors)], ls='--', marker='o', ms=3,
                 lw=1.0, label=f'{reference.label} (trailing means)')
       ax.set_title('training episode return', fontsize=9)
@@ -550,7 +570,8 @@ def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
       for i, run in enumerate(runs):
         series = run.eval_curves.get(panel)
         if series is not None:
-          ax.plot(series.steps, series.values, color=colors[i % len(colors)],
+          ax.plot(*up_to(series.steps, series.values, max_frames),
+                  color=colors[i % len(colors)],
                   marker='o', ms=2.5, lw=1.2, label=run.label)
       if panel in normalization:
         low, high = normalization[panel]
@@ -650,11 +671,14 @@ def _define_flags():
       'the curve), computed from its evaluations, to this JSON.')
   flags.DEFINE_bool('training_panel', True,
                     'Draw the panel of training returns.')
+  flags.DEFINE_string('max_frames', '', 'Draw only the points at or below '
+                      'this many env frames (e.g. 10e6; default: all).')
   flags.mark_flag_as_required('logdir')
 
 
-def _frame_counts(texts: Sequence[str]) -> List[int]:
-  """--at_frames as ints (accepts 5000000, 5e6 and 5_000_000)."""
+def _frame_counts(texts: Sequence[str], flag: str = '--at_frames'
+                  ) -> List[int]:
+  """`flag`'s frame counts as ints (accepts 5000000, 5e6 and 5_000_000)."""
   counts = []
   for text in texts:
     try:
@@ -662,7 +686,7 @@ def _frame_counts(texts: Sequence[str]) -> List[int]:
     except ValueError:
       value = float('nan')
     if not (math.isfinite(value) and value >= 0 and value == int(value)):
-      raise ValueError(f'--at_frames takes non-negative frame counts, got '
+      raise ValueError(f'{flag} takes non-negative frame counts, got '
                        f'{text!r}.')
     counts.append(int(value))
   return counts
@@ -687,8 +711,10 @@ def main(argv):
       print(json.dumps(summary, indent=1))
       print(f'Wrote {f.summary_out}')
     if f.out:
+      max_frames = (_frame_counts([f.max_frames], '--max_frames')[0] if f.max_frames
+                    else None)
       written = plot_runs(runs, f.out, f.smoothing, f.dpi, references,
-                          baselines, f.training_panel)
+                          baselines, f.training_panel, max_frames)
       print(f'Wrote {written}')
   except (ValueError, ImportError) as e:
     sys.exit(f'clear.plot: {e}')

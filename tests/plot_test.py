@@ -281,6 +281,40 @@ def test_frame_counts_parse_or_say_what_is_wrong():
   for bad in (['-1'], ['1.5'], ['ten'], ['inf'], ['nan']):
     with pytest.raises(ValueError, match='--at_frames'):
       plot._frame_counts(bad)
+  with pytest.raises(ValueError, match='--max_frames takes'):
+    plot._frame_counts(['-5'], '--max_frames')
+
+
+def test_max_frames_keeps_the_points_up_to_it(runs, tmp_path, monkeypatch):
+  steps, values = np.array([0, 25, 50, 75]), np.array([1., 2., 3., 4.])
+  for limit, kept in ((None, 4), (50, 3), (49, 2), (-1, 0)):
+    s, v = plot.up_to(steps, values, limit)
+    assert s.tolist() == steps[:kept].tolist()
+    assert v.tolist() == values[:kept].tolist()
+  # Every curve and reference drawn stops at max_frames.
+  logdirs, _ = runs
+  loaded = plot.load_runs(logdirs, ['a', 'b'])
+  path = str(tmp_path / 'summary.json')
+  continual.write_json(path, plot.summarize(loaded, window=4,
+                                            at_frames=[100, 200]))
+  references = plot.load_references(path)
+  assert max(r.steps.max() for r in references) > 100
+  drawn = []
+  import matplotlib.axes  # pylint: disable=g-import-not-at-top
+  real_plot = matplotlib.axes.Axes.plot
+  def recording_plot(ax, x, *args, **kwargs):
+    drawn.append(np.asarray(x))
+    return real_plot(ax, x, *args, **kwargs)
+  monkeypatch.setattr(matplotlib.axes.Axes, 'plot', recording_plot)
+  plot.plot_runs(loaded, str(tmp_path / 'cut.png'), references=references,
+                 max_frames=100)
+  # Per run: eval curves, the raw and smoothed training curve; references.
+  assert len(drawn) >= 2 * 2 + 2
+  assert all(len(x) == 0 or x.max() <= 100 for x in drawn)
+  assert any(len(x) and x.max() == 100 for x in drawn)
+  drawn.clear()
+  plot.plot_runs(loaded, str(tmp_path / 'all.png'), references=references)
+  assert max(x.max() for x in drawn if len(x)) > 100
 
 
 def test_command_line(runs, tmp_path):
