@@ -392,31 +392,22 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
   # and a flag for another core is refused by name.
   saved = {'algorithm': 'impala', 'core_size': 256, 'env': 'atari:Pong',
            'network': 'auto', 'separate_critic': False}
-  with flagsaver.flagsaver():
-    flags.FLAGS.unparse_flags()
-    flags.FLAGS(['train', '--mode=test'])
-    train.adopt_run_settings(flags.FLAGS, dict(saved,
-                                               core='layer_norm_lstm'), '/x')
-    assert flags.FLAGS.core == 'layer_norm_lstm'
-    flags.FLAGS.unparse_flags()
-    flags.FLAGS(['train', '--mode=test', '--core=layer_norm_lstm'])
-    with pytest.raises(train.app.UsageError,
-                       match="--core='layer_norm_lstm': the run in /x was "
-                             "made with core='lstm'"):
-      train.adopt_run_settings(flags.FLAGS, saved, '/x')
-    # The same for the torso's activation: taken from run.json, ReLU when
-    # run.json has none, another one refused.
-    flags.FLAGS.unparse_flags()
-    flags.FLAGS(['train', '--mode=test'])
-    train.adopt_run_settings(flags.FLAGS, dict(saved, torso_activation='elu'),
-                             '/x')
-    assert flags.FLAGS.torso_activation == 'elu'
-    flags.FLAGS.unparse_flags()
-    flags.FLAGS(['train', '--mode=test', '--torso_activation=leaky_relu'])
-    with pytest.raises(train.app.UsageError,
-                       match="--torso_activation='leaky_relu': the run in /x "
-                             "was made with torso_activation='relu'"):
-      train.adopt_run_settings(flags.FLAGS, saved, '/x')
+  # The same for the torso's activation (ReLU when run.json has none).
+  for name, saved_value, other, default in (
+      ('core', 'layer_norm_lstm', 'layer_norm_lstm', 'lstm'),
+      ('torso_activation', 'elu', 'leaky_relu', 'relu')):
+    with flagsaver.flagsaver():
+      flags.FLAGS.unparse_flags()
+      flags.FLAGS(['train', '--mode=test'])
+      train.adopt_run_settings(flags.FLAGS, dict(saved, **{name: saved_value}),
+                               '/x')
+      assert getattr(flags.FLAGS, name) == saved_value
+      flags.FLAGS.unparse_flags()
+      flags.FLAGS(['train', '--mode=test', f'--{name}={other}'])
+      with pytest.raises(train.app.UsageError,
+                         match=f"--{name}='{other}': the run in /x was made "
+                               f"with {name}='{default}'"):
+        train.adopt_run_settings(flags.FLAGS, saved, '/x')
 
 
 def project_flags():

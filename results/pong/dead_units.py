@@ -15,9 +15,6 @@ activation "dead" reads "in the negative regime on every frame".
   python results/pong/dead_units.py --init --seeds=0,1
 """
 
-import json
-import os
-
 from absl import app
 from absl import flags
 import numpy as np
@@ -25,6 +22,9 @@ import tensorflow as tf
 
 import agents
 import envs
+from clear import checkpoint as checkpoint_lib
+from clear import policy as policy_lib
+import run_files  # results/pong/run_files.py, beside this script.
 
 flags.DEFINE_string('logdir', None, 'A Pong run (run.json, checkpoints/).')
 flags.DEFINE_string('checkpoint', '', 'A checkpoint path (default: the '
@@ -85,34 +85,23 @@ def main(argv):
         env.spec, seed=int(seed))._torso, frames)  # pylint: disable=protected-access
                        for seed in FLAGS.seeds}
   if FLAGS.logdir:
-    path = (FLAGS.checkpoint or
-            tf.train.latest_checkpoint(f'{FLAGS.logdir}/checkpoints'))
-    if path is None:
-      raise SystemExit(f'no checkpoint in {FLAGS.logdir}/checkpoints')
-    with open(os.path.join(FLAGS.logdir, 'run.json')) as f:
-      saved = json.load(f)
-    if saved.get('env') != 'atari:Pong' or saved.get('core_size') is None:
+    path = run_files.checkpoint_path(FLAGS.logdir, FLAGS.checkpoint)
+    saved = checkpoint_lib.read_run_identity(FLAGS.logdir) or {}
+    if saved.get('env') != 'atari:Pong' or saved.get('algorithm') != 'impala':
       raise SystemExit(f'{FLAGS.logdir} is not an IMPALA Pong run.')
-    agent = agents.make_agent(
-        env.spec, network=saved['network'], core_size=saved['core_size'],
-        separate_critic=saved['separate_critic'],
-        core=saved.get('core', 'lstm'),
-        lstm_init=saved.get('lstm_init', 'fan_in'),
-        torso_activation=saved.get('torso_activation', 'relu'))
+    # The network run.json records, with AgentConfig's defaults for the
+    # options it leaves out, built as the run built it.
+    config = policy_lib.AgentConfig(**{
+        k: saved[k] for k in policy_lib.AgentConfig._fields if k in saved})
+    agent = policy_lib.ImpalaPolicy(env.spec, config).agent
     tf.train.Checkpoint(agent=agent).restore(
         path).expect_partial().assert_existing_objects_matched()
-    reader = tf.train.load_checkpoint(path)
     summary.update(
         checkpoint=path,
-        env_frames=int(reader.get_tensor(
-            'num_env_frames/.ATTRIBUTES/VARIABLE_VALUE')),
-        torso_activation=saved.get('torso_activation', 'relu'),
+        env_frames=run_files.env_frames(tf.train.load_checkpoint(path)),
+        torso_activation=config.torso_activation,
         layers=probe(agent._torso, frames))  # pylint: disable=protected-access
-  text = json.dumps(summary, indent=1)
-  print(text)
-  if FLAGS.out:
-    with open(FLAGS.out, 'w') as f:
-      f.write(text + '\n')
+  run_files.emit(summary, FLAGS.out)
 
 
 if __name__ == '__main__':

@@ -19,14 +19,13 @@ input); and the variable's share of all the summed mean squares, the
       --epsilon=0.01 --outside
 """
 
-import json
-
 from absl import app
 from absl import flags
 import numpy as np
 import tensorflow as tf
 
 from clear import learner as learner_lib
+import run_files  # results/pong/run_files.py, beside this script.
 
 flags.DEFINE_string('logdir', None, 'The run (its checkpoints/ folder).')
 flags.DEFINE_float('epsilon', learner_lib.LearnerConfig().rmsprop_epsilon,
@@ -37,7 +36,7 @@ flags.DEFINE_string('checkpoint', '', 'A checkpoint path (default: the '
 flags.DEFINE_string('out', '', 'Also write the JSON here.')
 FLAGS = flags.FLAGS
 
-_SUFFIX = '/.ATTRIBUTES/VARIABLE_VALUE'
+_SUFFIX = run_files.SUFFIX
 
 
 def step_fraction(rms, epsilon, outside):
@@ -94,23 +93,15 @@ def main(argv):
   del argv
   if not FLAGS.logdir:
     raise app.UsageError('--logdir is required.')
-  path = (FLAGS.checkpoint or
-          tf.train.latest_checkpoint(f'{FLAGS.logdir}/checkpoints'))
-  if path is None:
-    raise SystemExit(f'no checkpoint in {FLAGS.logdir}/checkpoints')
+  path = run_files.checkpoint_path(FLAGS.logdir, FLAGS.checkpoint)
   reader = tf.train.load_checkpoint(path)
-  summary = {
+  run_files.emit({
       'checkpoint': path,
-      'env_frames': int(reader.get_tensor('num_env_frames' + _SUFFIX)),
+      'env_frames': run_files.env_frames(reader),
       'epsilon': FLAGS.epsilon,
       'epsilon_outside': FLAGS.outside,
       'variables': regime(reader, FLAGS.epsilon, FLAGS.outside),
-  }
-  text = json.dumps(summary, indent=1)
-  print(text)
-  if FLAGS.out:
-    with open(FLAGS.out, 'w') as f:
-      f.write(text + '\n')
+  }, FLAGS.out)
 
 
 if __name__ == '__main__':
