@@ -15,6 +15,7 @@ count. Non-finite losses or gradients skip the update (counted in
 `num_skipped_steps`), so a poisoned batch never reaches the weights.
 """
 
+import math
 from typing import NamedTuple, Sequence
 
 import sonnet as snt
@@ -53,7 +54,10 @@ class LearnerConfig(NamedTuple):
       loss weights.
     clip_grad_norm: global-norm threshold for the gradients (0 = off).
     clip_advantage: zero negative advantages in the policy gradient.
-    learning_rate: initial learning rate.
+    learning_rate: the peak learning rate, decayed linearly to 0 over
+      `total_environment_frames` (see `learning_rate_at`).
+    learning_rate_warmup_frames: frames over which the learning rate ramps
+      linearly up from 0 (0 = no ramp; see `learning_rate_at`).
     optimizer: 'adam' or 'rmsprop' (IMPALA's choice).
     adam_beta1, adam_beta2, adam_epsilon: Adam parameters.
     rmsprop_decay, rmsprop_momentum, rmsprop_epsilon: RMSProp parameters
@@ -66,6 +70,15 @@ class LearnerConfig(NamedTuple):
       True: after it, lr g / (sqrt(ms) + epsilon), as PyTorch (TorchBeast).
       At epsilon 0.01 a weight whose gradients are much smaller than 0.1
       then moves up to 10 times further per step.
+    rmsprop_fan_in_reference: 0, or a fan-in N above which RMSProp slows a
+      kernel down: a kernel (rank >= 2) with fan-in F > N (the product of
+      all its dimensions but the last) moves at lr N / F, biases and smaller
+      kernels at lr (see `fan_in_scale`). RMSProp moves every weight by
+      about lr per update whatever its gradient's scale, so a unit's
+      pre-activation moves by up to lr times the sum of its F inputs: a
+      wide layer (the shallow torso's linear layer, F = 3,872 against 256
+      to 263 for every other kernel) moves its units an order of magnitude
+      further per update than the rest.
     rmsprop_initial_mean_square: where RMSProp's running mean of squared
       gradients starts. 1 is TF1's `RMSPropOptimizer`, which IMPALA used:
       the first updates are about lr x gradient and grow as the mean decays
@@ -92,6 +105,7 @@ class LearnerConfig(NamedTuple):
   clip_grad_norm: float = 40.0
   clip_advantage: bool = False
   learning_rate: float = 6e-4
+  learning_rate_warmup_frames: int = 0
   optimizer: str = 'adam'
   adam_beta1: float = 0.9
   adam_beta2: float = 0.999
@@ -101,6 +115,7 @@ class LearnerConfig(NamedTuple):
   rmsprop_epsilon: float = 1e-5
   rmsprop_initial_mean_square: float = 1.0
   rmsprop_epsilon_outside: bool = False
+  rmsprop_fan_in_reference: int = 0
   fixed_step_mul: bool = True
   step_mul: int = 1
   jit_compile: bool = False
@@ -120,11 +135,23 @@ def validate_config(config: LearnerConfig):
   if config.total_environment_frames < 1:
     raise ValueError('total_environment_frames must be >= 1, got '
                      f'{config.total_environment_frames}.')
+  if config.learning_rate_warmup_frames < 0:
+    raise ValueError('learning_rate_warmup_frames must be >= 0, got '
+                     f'{config.learning_rate_warmup_frames}.')
+  if config.learning_rate_warmup_frames >= config.total_environment_frames:
+    raise ValueError(
+        'learning_rate_warmup_frames must be below total_environment_frames '
+        f'({config.total_environment_frames}), got '
+        f'{config.learning_rate_warmup_frames}: the rate would never reach '
+        'its peak.')
   if config.optimizer not in OPTIMIZERS:
     raise ValueError(f'optimizer must be one of {OPTIMIZERS}, got '
                      f'{config.optimizer!r}.')
   if config.step_mul < 1:
     raise ValueError(f'step_mul must be >= 1, got {config.step_mul}.')
+  if config.rmsprop_fan_in_reference < 0:
+    raise ValueError('rmsprop_fan_in_reference must be >= 0, got '
+                     f'{config.rmsprop_fan_in_reference}.')
   if config.rmsprop_initial_mean_square < 0:
     raise ValueError('rmsprop_initial_mean_square must be >= 0, got '
                      f'{config.rmsprop_initial_mean_square}.')
@@ -139,6 +166,19 @@ def validate_config(config: LearnerConfig):
                      f'{config.discounting_step_mul}.')
 
 
+def fan_in_scale(shape, reference: int) -> float:
+  """min(1, reference / fan-in) for a kernel of `shape`, 1 otherwise.
+
+  The fan-in is the product of all dimensions but the last (`[in, out]`
+  matrices, `[h, w, in, out]` convolutions); a vector (a bias) and a
+  `reference` of 0 give 1.
+  """
+  if reference <= 0 or len(shape) < 2:
+    return 1.0
+  fan_in = math.prod(shape[:-1])
+  return min(1.0, reference / fan_in)
+
+
 class RMSProp(snt.optimizers.RMSProp):
   """Sonnet's RMSProp with the mean squares starting at `initial_mean_square`.
 
@@ -147,18 +187,21 @@ class RMSProp(snt.optimizers.RMSProp):
   checkpoint restored earlier fills them (delayed restoration). With
   `epsilon_outside` the update is lr g / (sqrt(ms) + epsilon), PyTorch's
   form, instead of lr g / sqrt(ms + epsilon) (the slots are the same).
+  With `fan_in_reference` N > 0 each parameter's learning rate is
+  lr x `fan_in_scale(shape, N)`.
   """
 
   def __init__(self, learning_rate, decay, momentum, epsilon,
                initial_mean_square: float, epsilon_outside: bool = False,
-               name: str = 'rms_prop'):
+               fan_in_reference: int = 0, name: str = 'rms_prop'):
     super().__init__(learning_rate, decay=decay, momentum=momentum,
                      epsilon=epsilon, name=name)
     self._initial_mean_square = float(initial_mean_square)
     self._epsilon_outside = bool(epsilon_outside)
+    self._fan_in_reference = int(fan_in_reference)
 
   def apply(self, updates, parameters):
-    if not self._epsilon_outside:
+    if not self._epsilon_outside and not self._fan_in_reference:
       return super().apply(updates, parameters)
     self._initialize(parameters)
     for update, parameter, mom_var, ms_var in zip(updates, parameters,
@@ -168,10 +211,15 @@ class RMSProp(snt.optimizers.RMSProp):
       update = tf.convert_to_tensor(update)  # IndexedSlices -> dense.
       dtype = update.dtype
       decay = tf.cast(self.decay, dtype)
+      epsilon = tf.cast(self.epsilon, dtype)
       ms = tf.square(update) * (1. - decay) + ms_var * decay
+      if self._epsilon_outside:
+        normalised = update / (tf.sqrt(ms) + epsilon)
+      else:
+        normalised = update * tf.math.rsqrt(ms + epsilon)
+      scale = fan_in_scale(parameter.shape.as_list(), self._fan_in_reference)
       mom = (tf.cast(self.momentum, dtype) * mom_var +
-             tf.cast(self.learning_rate, dtype) * update /
-             (tf.sqrt(ms) + tf.cast(self.epsilon, dtype)))
+             tf.cast(self.learning_rate, dtype) * scale * normalised)
       parameter.assign_sub(mom)
       mom_var.assign(mom)
       ms_var.assign(ms)
@@ -198,7 +246,8 @@ def make_optimizer(config: LearnerConfig, learning_rate: tf.Variable):
                  momentum=config.rmsprop_momentum,
                  epsilon=config.rmsprop_epsilon,
                  initial_mean_square=config.rmsprop_initial_mean_square,
-                 epsilon_outside=config.rmsprop_epsilon_outside)
+                 epsilon_outside=config.rmsprop_epsilon_outside,
+                 fan_in_reference=config.rmsprop_fan_in_reference)
 
 
 class AlignedBatch(NamedTuple):
@@ -328,6 +377,30 @@ def clipped_gradients(tape, loss, variables, clip_norm: float):
   return grads, norm
 
 
+def learning_rate_at(frames, peak, total_frames, warmup_frames=0):
+  """The learning rate after `frames` environment frames.
+
+  A linear decay from `peak` to 0 at `total_frames`, multiplied, while
+  `frames < warmup_frames`, by a linear ramp `frames / warmup_frames`:
+
+    peak * min(1, frames / warmup_frames) * max(0, 1 - frames / total_frames)
+
+  Args:
+    frames: scalar (float32 tensor or number), frames trained on so far.
+    peak: the learning rate the decay starts from.
+    total_frames: frames at which the rate reaches 0.
+    warmup_frames: length of the ramp; 0 = none.
+
+  Returns:
+    Scalar float32 tensor.
+  """
+  frames = tf.cast(frames, tf.float32)
+  rate = peak * tf.maximum(0.0, 1.0 - frames / float(total_frames))
+  if warmup_frames > 0:
+    rate *= tf.minimum(1.0, frames / float(warmup_frames))
+  return rate
+
+
 def _all_finite(loss, grad_norm):
   return tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(grad_norm))
 
@@ -339,7 +412,8 @@ class ImpalaClearLearner(snt.Module):
     agent: the agent being trained (an `agents.Agent`-like module with
       `unroll`, `critic_variables` and `trainable_variables`).
     config: `LearnerConfig`.
-    learning_rate: variable, decayed linearly to 0 over total frames.
+    learning_rate: variable, `learning_rate_at` the frames trained on
+      before the update being applied.
     num_env_frames, num_steps, num_skipped_steps: int64 counters.
     optimizer, critic_optimizer: Sonnet optimizers of the main phase and of
       critic pretraining.
@@ -385,10 +459,11 @@ class ImpalaClearLearner(snt.Module):
     return aligned, rewards, discounts
 
   def _decay_learning_rate(self):
-    progress = tf.cast(self.num_env_frames, tf.float32) / float(
-        self.config.total_environment_frames)
-    self.learning_rate.assign(self.config.learning_rate *
-                              tf.maximum(0.0, 1.0 - progress))
+    # The rate at the frames before the update (a warm-up's first is 0).
+    self.learning_rate.assign(learning_rate_at(
+        self.num_env_frames, self.config.learning_rate,
+        self.config.total_environment_frames,
+        self.config.learning_rate_warmup_frames))
 
   @snt.no_name_scope
   def _update(self, batch, grads_fn, optimizer, variables, loss_key, prefix):

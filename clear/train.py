@@ -146,8 +146,14 @@ flags.DEFINE_integer('batch_size', None,
                      'Unrolls per learner batch (default: per env family, '
                      '32 for each today; see FAMILY_DEFAULTS).')
 flags.DEFINE_float('learning_rate', None,
-                   'Initial learning rate (default: per env family, see '
-                   'FAMILY_DEFAULTS).')
+                   'Learning rate at the start (after any '
+                   '--learning_rate_warmup_frames), decayed linearly to 0 '
+                   'at --total_environment_frames (default: per env '
+                   'family, see FAMILY_DEFAULTS).')
+flags.DEFINE_integer('learning_rate_warmup_frames', 0,
+                     'Frames over which the learning rate ramps linearly '
+                     'from 0 up to --learning_rate before its linear decay '
+                     'to 0 at --total_environment_frames (0 = no ramp).')
 flags.DEFINE_enum('optimizer', None, list(learner_lib.OPTIMIZERS),
                   'Optimizer (default per env family: rmsprop, as IMPALA, '
                   'for Atari; adam otherwise; see FAMILY_DEFAULTS).')
@@ -164,6 +170,12 @@ flags.DEFINE_bool('rmsprop_epsilon_outside', False,
 flags.DEFINE_float('rmsprop_initial_mean_square', 1.0,
                    "Where RMSProp's mean of squared gradients starts: 1 as "
                    "in TF1's RMSPropOptimizer (IMPALA's), 0 as in Sonnet's.")
+flags.DEFINE_integer('rmsprop_fan_in_reference', 0,
+                     'With N > 0, every kernel whose fan-in F exceeds N '
+                     "(the shallow torso's linear layer: 3,872) moves at "
+                     'lr N / F: RMSProp moves each weight by about lr, so a '
+                     "wide layer's units move F / N times further per "
+                     'update than the rest. 0 = one rate for all.')
 flags.DEFINE_float('clip_grad_norm', 40.0,
                    'Global gradient-norm clip (0 disables).')
 flags.DEFINE_float('discounting', 0.99,
@@ -274,9 +286,10 @@ IMPALA_ONLY_FLAGS = ('discount_per', 'replay_proportion', 'replay_buffer_size',
                      'replay_sampling', 'replay_storage',
                      'replay_prefill_unrolls', 'policy_cloning_cost',
                      'value_cloning_cost', 'baseline_cost', 'clip_advantage',
-                     'optimizer', 'rmsprop_initial_mean_square',
+                     'optimizer', 'learning_rate_warmup_frames',
+                     'rmsprop_initial_mean_square',
                      'rmsprop_epsilon', 'rmsprop_epsilon_outside',
-                     'num_critic_pretrain_frames',
+                     'rmsprop_fan_in_reference', 'num_critic_pretrain_frames',
                      'separate_critic', 'core', 'lstm_init',
                      'torso_grad_scale', 'torso_activation')
 
@@ -438,12 +451,22 @@ def _impala_problems(f):
                     'replay: set --replay_proportion > 0 or drop them.')
   if num_replay and f.replay_buffer_size < 1:
     problems.append('--replay_buffer_size must be >= 1 with replay on.')
+  if f.learning_rate_warmup_frames < 0:
+    problems.append('--learning_rate_warmup_frames must be >= 0.')
+  elif (env_family(f.env) in FAMILY_DEFAULTS and
+        f.learning_rate_warmup_frames >= total_frames(f) > 0):
+    problems.append(
+        f'--learning_rate_warmup_frames ({f.learning_rate_warmup_frames:,}) '
+        'must be below --total_environment_frames '
+        f'({total_frames(f):,}): the rate would never reach its peak.')
   if f.rmsprop_initial_mean_square < 0:
     problems.append('--rmsprop_initial_mean_square must be >= 0.')
   if not (math.isfinite(f.rmsprop_epsilon) and f.rmsprop_epsilon > 0):
     problems.append('--rmsprop_epsilon must be a finite number > 0.')
+  if f.rmsprop_fan_in_reference < 0:
+    problems.append('--rmsprop_fan_in_reference must be >= 0.')
   for name in ('rmsprop_initial_mean_square', 'rmsprop_epsilon',
-               'rmsprop_epsilon_outside'):
+               'rmsprop_epsilon_outside', 'rmsprop_fan_in_reference'):
     if f[name].present and family_default(f, 'optimizer') != 'rmsprop':
       problems.append(f'--{name} needs --optimizer=rmsprop.')
   return problems
@@ -605,10 +628,12 @@ def config_from_flags(f) -> run_loop.RunConfig:
         value_cloning_cost=f.value_cloning_cost if num_replay else 0.0,
         clip_grad_norm=f.clip_grad_norm, clip_advantage=f.clip_advantage,
         learning_rate=family_default(f, 'learning_rate'),
+        learning_rate_warmup_frames=f.learning_rate_warmup_frames,
         optimizer=family_default(f, 'optimizer'),
         rmsprop_initial_mean_square=f.rmsprop_initial_mean_square,
         rmsprop_epsilon=f.rmsprop_epsilon,
         rmsprop_epsilon_outside=f.rmsprop_epsilon_outside,
+        rmsprop_fan_in_reference=f.rmsprop_fan_in_reference,
         fixed_step_mul=f.fixed_step_mul,
         step_mul=env_options.get('step_mul', 1),
         jit_compile=f.jit_compile)

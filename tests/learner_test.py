@@ -263,6 +263,43 @@ def test_learning_rate_decays_linearly_to_zero_over_frames():
                              atol=1e-9)
 
 
+def test_learning_rate_warms_up_then_decays():
+  agent = TinyTestAgent()
+  frames_per_step = 6 * 2  # T x fresh columns x step_mul 1.
+  learner = make_learner(agent, learning_rate=1e-3,
+                         learning_rate_warmup_frames=2 * frames_per_step,
+                         total_environment_frames=4 * frames_per_step)
+  batch = make_batch()
+  learner.agent.unroll(batch.agent_outputs.action, batch.env_outputs,
+                       batch.agent_state)  # Creates the variables.
+  start = values_of(agent.trainable_variables)
+  seen = [learner.step(batch)['learning_rate'].numpy()]
+  # The rate is taken at the frames before the update: the first is 0 and
+  # moves nothing.
+  for b, a in zip(start, values_of(agent.trainable_variables)):
+    np.testing.assert_array_equal(b, a)
+  seen += [learner.step(batch)['learning_rate'].numpy() for _ in range(4)]
+  # Frames 0, 12, 24, 36, 48: ramp min(1, f / 24) x decay (1 - f / 48).
+  np.testing.assert_allclose(
+      seen, [0.0, 1e-3 * 0.5 * 0.75, 1e-3 * 0.5, 1e-3 * 0.25, 0.0],
+      atol=1e-9)
+  assert any(np.any(b != a) for b, a in
+             zip(start, values_of(agent.trainable_variables)))
+
+
+@pytest.mark.parametrize('warmup', [0, 1, 700, 5_000])
+def test_learning_rate_at_matches_a_numpy_loop(warmup):
+  total, peak = 10_000, 6e-4
+  for frames in [0, 1, 350, 699, 700, 701, 4_999, 5_000, 9_999, 10_000,
+                 12_000]:
+    expected = peak * max(0.0, 1.0 - frames / total)
+    if warmup and frames < warmup:
+      expected *= frames / warmup
+    got = learner_lib.learning_rate_at(frames, peak, total, warmup).numpy()
+    # float32: 1 - f / total keeps about 7 digits of the fraction.
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=peak * 1e-6)
+
+
 def test_grad_norm_is_reported_before_clipping():
   agent, batch = agent_and_batch()
   clipped = make_learner(agent, clip_grad_norm=1e-3)
@@ -327,6 +364,53 @@ def test_rmsprop_epsilon_outside_matches_a_numpy_loop():
     # Later gradients are taken at the updated weights, not the numpy ones.
     for w, v in zip(weights, agent.trainable_variables):
       w[...] = v.numpy()
+
+
+@pytest.mark.parametrize('outside', [False, True])
+def test_rmsprop_fan_in_reference_matches_a_numpy_loop(outside):
+  # Three updates with each kernel's rate lr * min(1, N / fan-in), fan-in the
+  # product of all its dimensions but the last; biases at lr.
+  agent, batch = agent_and_batch()
+  reference = 3
+  learner = make_learner(agent, optimizer='rmsprop', learning_rate=1e-2,
+                         rmsprop_epsilon_outside=outside,
+                         rmsprop_fan_in_reference=reference)
+  config = learner.config
+  weights = values_of(agent.trainable_variables)
+  scales = []
+  for w in weights:
+    fan_in = int(np.prod(w.shape[:-1])) if w.ndim >= 2 else 0
+    scales.append(min(1.0, reference / fan_in) if fan_in else 1.0)
+  assert min(scales) < 1.0 and max(scales) == 1.0  # Both kinds are tested.
+  mean_squares = [np.ones_like(w) for w in weights]
+  for _ in range(3):
+    grads = [g.numpy() for g in learner._grads_fn(batch)[0]]
+    learner.step(batch)
+    for i, g in enumerate(grads):
+      mean_squares[i] = (config.rmsprop_decay * mean_squares[i] +
+                         (1 - config.rmsprop_decay) * g**2)
+      if outside:
+        denominator = np.sqrt(mean_squares[i]) + config.rmsprop_epsilon
+      else:
+        denominator = np.sqrt(mean_squares[i] + config.rmsprop_epsilon)
+      weights[i] = weights[i] - 1e-2 * scales[i] * g / denominator
+    for expected, variable in zip(weights, agent.trainable_variables):
+      np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-4,
+                                 atol=1e-6)
+    for w, v in zip(weights, agent.trainable_variables):
+      w[...] = v.numpy()
+
+
+@pytest.mark.parametrize('shape,reference,scale', [
+    ([3872, 256], 256, 256 / 3872),
+    ([8, 8, 4, 16], 128, 0.5),
+    ([263, 1024], 263, 1.0),
+    ([100, 4], 256, 1.0),
+    ([1024], 1, 1.0),
+    ([3872, 256], 0, 1.0),
+])
+def test_fan_in_scale(shape, reference, scale):
+  assert learner_lib.fan_in_scale(shape, reference) == pytest.approx(scale)
 
 
 def test_xla_step_matches_the_plain_step():
@@ -520,6 +604,10 @@ def test_vtrace_targets_never_cross_a_truncation(column):
     ({'optimizer': 'sgd'}, 'optimizer'),
     ({'step_mul': 0}, 'step_mul'),
     ({'discounting': 1.5}, 'discounting'),
+    ({'learning_rate_warmup_frames': -1}, 'learning_rate_warmup_frames'),
+    ({'rmsprop_fan_in_reference': -1}, 'rmsprop_fan_in_reference'),
+    ({'learning_rate_warmup_frames': 100, 'total_environment_frames': 100},
+     'never reach its peak'),
 ])
 def test_bad_config_is_rejected_clearly(overrides, match):
   config = learner_lib.LearnerConfig(batch_size=4, **{'num_replay': 0,

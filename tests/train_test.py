@@ -156,6 +156,16 @@ def test_unknown_game_gives_one_message_and_no_traceback(tmp_path):
     (['--rmsprop_epsilon=0', '--optimizer=rmsprop'],
      '--rmsprop_epsilon must be a finite number > 0'),
     (['--torso_grad_scale=-0.5'], '--torso_grad_scale must be'),
+    (['--rmsprop_fan_in_reference=-1'],
+     '--rmsprop_fan_in_reference must be >= 0'),
+    (['--env=gym:CartPole-v1', '--rmsprop_fan_in_reference=256'],
+     '--rmsprop_fan_in_reference needs --optimizer=rmsprop'),
+    (['--learning_rate_warmup_frames=-1'],
+     '--learning_rate_warmup_frames must be >= 0'),
+    (['--learning_rate_warmup_frames=500', '--total_environment_frames=500'],
+     'the rate would never reach its peak'),
+    (['--algorithm=ppg', '--learning_rate_warmup_frames=10'],
+     '--learning_rate_warmup_frames applies to --algorithm=impala only'),
     (['--algorithm=ppg', '--core=layer_norm_lstm'],
      '--core applies to --algorithm=impala only'),
     (['--algorithm=sac', '--core_size=0'], '0 (feed-forward) with '
@@ -368,7 +378,9 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
     flags.FLAGS(['train', '--env=atari:Pong', '--core=layer_norm_lstm',
                  '--lstm_init=glorot', '--torso_grad_scale=0.5',
                  '--torso_activation=elu',
-                 '--rmsprop_epsilon_outside', '--rmsprop_epsilon=1e-3'])
+                 '--rmsprop_epsilon_outside', '--rmsprop_epsilon=1e-3',
+                 '--learning_rate_warmup_frames=2000000',
+                 '--rmsprop_fan_in_reference=256'])
     train.validate(flags.FLAGS)
     config = train.config_from_flags(flags.FLAGS)
     flags.FLAGS.unparse_flags()
@@ -380,6 +392,10 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
   assert config.learner_config.rmsprop_epsilon == 1e-3
   assert not default.learner_config.rmsprop_epsilon_outside
   assert default.learner_config.rmsprop_epsilon == 1e-5
+  assert config.learner_config.learning_rate_warmup_frames == 2_000_000
+  assert default.learner_config.learning_rate_warmup_frames == 0
+  assert config.learner_config.rmsprop_fan_in_reference == 256
+  assert default.learner_config.rmsprop_fan_in_reference == 0
   # run.json records core options only when they are not the defaults, so
   # runs made before the options existed resume unchanged.
   identity = train.run_loop.run_identity(config)
