@@ -341,37 +341,15 @@ def test_rmsprop_first_update_follows_the_initial_mean_square(initial):
     np.testing.assert_allclose(a, expected, rtol=1e-4, atol=1e-7)
 
 
-def test_rmsprop_epsilon_outside_matches_a_numpy_loop():
-  # Three updates of w -= lr g / (sqrt(m) + epsilon), m = decay m + (1 -
-  # decay) g^2 from m0 = 1, with the gradients of each step's weights.
+@pytest.mark.parametrize('outside,reference', [(True, 0), (False, 3),
+                                                (True, 3)])
+def test_rmsprop_matches_a_numpy_loop(outside, reference):
+  # Three updates of w -= lr s g / d, m = decay m + (1 - decay) g^2 from
+  # m0 = 1, d = sqrt(m) + epsilon (`outside`, PyTorch's form) or
+  # sqrt(m + epsilon), with the gradients of each step's weights; s is
+  # min(1, N / fan-in) for a kernel (fan-in the product of all its
+  # dimensions but the last) when N = `reference` > 0, else 1.
   agent, batch = agent_and_batch()
-  learner = make_learner(agent, optimizer='rmsprop', learning_rate=1e-2,
-                         rmsprop_epsilon_outside=True)
-  config = learner.config
-  weights = values_of(agent.trainable_variables)
-  mean_squares = [np.ones_like(w) for w in weights]
-  for _ in range(3):
-    grads = [g.numpy() for g in learner._grads_fn(batch)[0]]
-    learner.step(batch)
-    for i, g in enumerate(grads):
-      mean_squares[i] = (config.rmsprop_decay * mean_squares[i] +
-                         (1 - config.rmsprop_decay) * g**2)
-      weights[i] = weights[i] - 1e-2 * g / (np.sqrt(mean_squares[i]) +
-                                            config.rmsprop_epsilon)
-    for expected, variable in zip(weights, agent.trainable_variables):
-      np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-4,
-                                 atol=1e-6)
-    # Later gradients are taken at the updated weights, not the numpy ones.
-    for w, v in zip(weights, agent.trainable_variables):
-      w[...] = v.numpy()
-
-
-@pytest.mark.parametrize('outside', [False, True])
-def test_rmsprop_fan_in_reference_matches_a_numpy_loop(outside):
-  # Three updates with each kernel's rate lr * min(1, N / fan-in), fan-in the
-  # product of all its dimensions but the last; biases at lr.
-  agent, batch = agent_and_batch()
-  reference = 3
   learner = make_learner(agent, optimizer='rmsprop', learning_rate=1e-2,
                          rmsprop_epsilon_outside=outside,
                          rmsprop_fan_in_reference=reference)
@@ -380,8 +358,10 @@ def test_rmsprop_fan_in_reference_matches_a_numpy_loop(outside):
   scales = []
   for w in weights:
     fan_in = int(np.prod(w.shape[:-1])) if w.ndim >= 2 else 0
-    scales.append(min(1.0, reference / fan_in) if fan_in else 1.0)
-  assert min(scales) < 1.0 and max(scales) == 1.0  # Both kinds are tested.
+    scales.append(min(1.0, reference / fan_in) if reference and fan_in
+                  else 1.0)
+  if reference:  # Both kinds of parameter are tested.
+    assert min(scales) < 1.0 and max(scales) == 1.0
   mean_squares = [np.ones_like(w) for w in weights]
   for _ in range(3):
     grads = [g.numpy() for g in learner._grads_fn(batch)[0]]
@@ -397,6 +377,7 @@ def test_rmsprop_fan_in_reference_matches_a_numpy_loop(outside):
     for expected, variable in zip(weights, agent.trainable_variables):
       np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-4,
                                  atol=1e-6)
+    # Later gradients are taken at the updated weights, not the numpy ones.
     for w, v in zip(weights, agent.trainable_variables):
       w[...] = v.numpy()
 
