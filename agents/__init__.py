@@ -6,7 +6,7 @@ Public API:
   Agent.initial_state(batch_size), Agent.step(env_output, prev_action, state),
   Agent.unroll(prev_actions, env_outputs, state), Agent.critic_variables,
   Agent.policy_variables, Agent.rng.
-  NETWORKS, CORES, LSTM_INITS, TORSO_ACTIVATIONS, MASKED_LOGIT.
+  NETWORKS, CORES, LSTM_INITS, TORSO_ACTIVATIONS, TORSO_NORMS, MASKED_LOGIT.
 
 Modules: `agent` (Agent, make_agent), `torsos` (observation encoders),
 `heads` (policy heads, masking, sampling), `cores` (resetting core,
@@ -21,7 +21,9 @@ from agents.agent import make_agent
 from agents.agent import NETWORKS
 from agents.agent import resolve_network
 from agents.agent import TORSO_ACTIVATIONS
+from agents.agent import TORSO_NORMS
 from agents.heads import MASKED_LOGIT
 
 __all__ = ['Agent', 'make_agent', 'NETWORKS', 'CORES', 'LSTM_INITS',
-           'TORSO_ACTIVATIONS', 'resolve_network', 'MASKED_LOGIT']
+           'TORSO_ACTIVATIONS', 'TORSO_NORMS', 'resolve_network',
+           'MASKED_LOGIT']

@@ -13,7 +13,9 @@ kernels drawn per block by fan-in or Glorot-uniform over the concatenated
 kernel as in TF1 (`lstm_init`), and
 the gradient it sends back into the torso features can be scaled
 (`torso_grad_scale`); the torso's hidden layers use ReLU or another
-`torsos.ACTIVATIONS` entry (`torso_activation`); see `make_agent`.
+`torsos.ACTIVATIONS` entry (`torso_activation`), and the pre-activations of
+its final linear layer (each hidden layer of the MLP torso) can be
+layer-normalised (`torso_norm`); see `make_agent`.
 
 `unroll` applies the torso and heads once to the merged `[T * B, ...]` batch
 and runs only the core over time (`cores.unroll`: the core's input
@@ -49,6 +51,7 @@ NETWORKS = ('auto', 'impala_shallow', 'impala_deep', 'mlp', 'fullyconv',
 CORES = ('lstm', 'layer_norm_lstm')
 LSTM_INITS = ('fan_in', 'glorot')
 TORSO_ACTIVATIONS = tuple(torsos.ACTIVATIONS)
+TORSO_NORMS = tuple(torsos.NORMS)
 
 # 'auto' gives a single image no larger than this on both sides (MinAtar's
 # 10x10 boards) the small MinAtar torso instead of IMPALA's 84x84 one.
@@ -407,7 +410,8 @@ def make_agent(env_spec: types.EnvSpec,
                core: str = 'lstm',
                lstm_init: str = 'fan_in',
                torso_grad_scale: float = 1.0,
-               torso_activation: str = 'relu') -> Agent:
+               torso_activation: str = 'relu',
+               torso_norm: str = 'none') -> Agent:
   """Builds an IMPALA agent for `env_spec`.
 
   Args:
@@ -438,6 +442,14 @@ def make_agent(env_spec: types.EnvSpec,
     torso_activation: the torso's hidden-layer activation, a
       `TORSO_ACTIVATIONS` name: 'relu' (the papers'), 'leaky_relu' (slope
       0.01 below zero) or 'elu'.
+    torso_norm: a `TORSO_NORMS` name: 'none' (the papers') or 'layer_norm',
+      which layer-normalises the pre-activation of the image torsos' final
+      linear layer and of each MLP hidden layer across its units, with a
+      learnable gain and offset (`snt.LayerNorm`): `act(norm(linear(x)))`.
+      The shallow torso's linear layer (fan-in 3,872) has lost most of its
+      ReLU units on Pong at learning rates >= 8e-4; normalised across units,
+      its pre-activations cannot all fall below zero together. 'none' builds
+      the same variables as before the option existed.
 
   Returns:
     An `Agent` with its variables built.
@@ -464,12 +476,15 @@ def make_agent(env_spec: types.EnvSpec,
   if torso_activation not in TORSO_ACTIVATIONS:
     raise ValueError(f'torso_activation must be one of {TORSO_ACTIVATIONS}, '
                      f'got {torso_activation!r}')
+  if torso_norm not in TORSO_NORMS:
+    raise ValueError(f'torso_norm must be one of {TORSO_NORMS}, got '
+                     f'{torso_norm!r}')
   network = resolve_network(env_spec, network)
   obs_spec = env_spec.observation_spec
   mask_keys = {s.mask_key for s in env_spec.action_spec.values()
                if s.mask_key is not None}
 
-  options = {'activation': torso_activation}
+  options = {'activation': torso_activation, 'norm': torso_norm}
   if torso_size is not None:
     options['output_size'] = int(torso_size)
 
@@ -482,7 +497,7 @@ def make_agent(env_spec: types.EnvSpec,
       return torsos.MinAtarTorso(obs_spec, w_init, name=name, **options)
     if network == 'mlp':
       return torsos.MLPTorso(obs_spec, w_init, mlp_sizes, name=name,
-                             activation=torso_activation)
+                             activation=torso_activation, norm=torso_norm)
     return torsos.FullyConvTorso(obs_spec, w_init, mask_keys, name=name,
                                  **options)
 

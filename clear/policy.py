@@ -29,9 +29,9 @@ INIT_SCOPES = ('all', 'critic', 'policy')
 class AgentConfig(NamedTuple):
   """Network choices, shared by the learner's agent and the actors' copies.
 
-  `core`, `lstm_init`, `torso_grad_scale` and `torso_activation` are the
-  IMPALA agent's (see `agents.make_agent`); the other algorithms' networks
-  take the defaults.
+  `core`, `lstm_init`, `torso_grad_scale`, `torso_activation` and
+  `torso_norm` are the IMPALA agent's (see `agents.make_agent`); the other
+  algorithms' networks take the defaults.
   """
   network: str = 'auto'
   core_size: int = 256
@@ -40,12 +40,13 @@ class AgentConfig(NamedTuple):
   lstm_init: str = 'fan_in'
   torso_grad_scale: float = 1.0
   torso_activation: str = 'relu'
+  torso_norm: str = 'none'
 
 
 # The IMPALA agent's core and torso options in `AgentConfig`; run.json
 # records them only when they differ from the defaults.
 CORE_OPTION_FIELDS = ('core', 'lstm_init', 'torso_grad_scale',
-                      'torso_activation')
+                      'torso_activation', 'torso_norm')
 
 
 def to_numpy(nest):
@@ -251,7 +252,8 @@ class ImpalaPolicy(Policy):
                                    torso_grad_scale=(
                                        agent_config.torso_grad_scale),
                                    torso_activation=(
-                                       agent_config.torso_activation))
+                                       agent_config.torso_activation),
+                                   torso_norm=agent_config.torso_norm)
     self._step = tf.function(self.agent.step)  # make_agent built the weights.
     self.learner = None
     if learner_config is not None:

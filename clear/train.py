@@ -140,6 +140,14 @@ flags.DEFINE_enum('torso_activation', 'relu',
                   "The torso's hidden-layer activation: relu (the papers'), "
                   'leaky_relu (slope 0.01 below zero) or elu; the latter two '
                   'keep a gradient in units a ReLU would leave dead.')
+flags.DEFINE_enum('torso_norm', 'none', list(agents_lib.TORSO_NORMS),
+                  "Normalisation of the pre-activations of the torso's final "
+                  'linear layer (each hidden layer of the mlp torso): none '
+                  "(the papers') or layer_norm (across units, with a "
+                  "learnable gain and offset). The shallow torso's linear "
+                  'layer has lost most of its ReLU units on Pong at learning '
+                  'rates >= 8e-4; normalised across units, they cannot all '
+                  'fall below zero together.')
 
 FLAG_GROUPS.heading('Learner')
 flags.DEFINE_integer('batch_size', None,
@@ -291,7 +299,7 @@ IMPALA_ONLY_FLAGS = ('discount_per', 'replay_proportion', 'replay_buffer_size',
                      'rmsprop_epsilon', 'rmsprop_epsilon_outside',
                      'rmsprop_fan_in_reference', 'num_critic_pretrain_frames',
                      'separate_critic', 'core', 'lstm_init',
-                     'torso_grad_scale', 'torso_activation')
+                     'torso_grad_scale', 'torso_activation', 'torso_norm')
 
 
 def _field_help(entry, field: str) -> str:
@@ -643,7 +651,7 @@ def config_from_flags(f) -> run_loop.RunConfig:
       agent_config=policy_lib.AgentConfig(
           f.network, core_size, f.separate_critic, core=f.core,
           lstm_init=f.lstm_init, torso_grad_scale=f.torso_grad_scale,
-          torso_activation=f.torso_activation),
+          torso_activation=f.torso_activation, torso_norm=f.torso_norm),
       learner_config=learner_config, logdir=f.logdir, seed=f.seed,
       num_actors=f.num_actors,
       envs_per_actor=envs_per_actor(f, learner_config),
@@ -673,7 +681,8 @@ def config_from_flags(f) -> run_loop.RunConfig:
 # run.json fields that decide the network, each set by the flag of that
 # name: a flag given with another value is refused.
 NETWORK_FIELDS = ('algorithm', 'network', 'core_size', 'separate_critic',
-                  'core', 'lstm_init', 'torso_grad_scale', 'torso_activation')
+                  'core', 'lstm_init', 'torso_grad_scale', 'torso_activation',
+                  'torso_norm')
 # Keys of run.json's env_options that `env_options_from_flags` sets, each
 # from the flag of that name. Given with other values (or with --env), they
 # pick another env, allowed when its spaces are the same.

@@ -41,6 +41,12 @@ FAMILIES = {
     'mlp_layer_norm_separate_critic': (
         testing.control_spec, dict(network='mlp', core='layer_norm_lstm',
                                    separate_critic=True)),
+    'shallow_torso_layer_norm': (
+        testing.atari_spec, dict(network='impala_shallow',
+                                 torso_norm='layer_norm')),
+    'mlp_torso_layer_norm_separate_critic': (
+        testing.control_spec, dict(network='mlp', torso_norm='layer_norm',
+                                   separate_critic=True)),
 }
 
 
@@ -183,7 +189,8 @@ def test_feed_forward_outputs_depend_on_the_current_step_only(family):
 @pytest.mark.parametrize('family,jit', [('shallow', False), ('shallow', True),
                                         ('fullyconv_step_mul', False),
                                         ('fullyconv_step_mul', True),
-                                        ('shallow_feed_forward', True)])
+                                        ('shallow_feed_forward', True),
+                                        ('shallow_torso_layer_norm', True)])
 def test_unroll_in_tf_function_with_unknown_time(family, jit):
   spec, agent = _make(family)
   unroll = tf.function(
@@ -423,8 +430,39 @@ def test_torso_grad_scale_scales_only_the_torso_gradient():
     (dict(lstm_init='orthogonal'), 'lstm_init must be one of'),
     (dict(torso_grad_scale=-1.0), 'torso_grad_scale must be'),
     (dict(torso_grad_scale=float('nan')), 'torso_grad_scale must be'),
-    (dict(torso_activation='tanh'), 'torso_activation must be one of')])
+    (dict(torso_activation='tanh'), 'torso_activation must be one of'),
+    (dict(torso_norm='batch_norm'),
+     r"torso_norm must be one of \('none', 'layer_norm'\), got "
+     r"'batch_norm'")])
 def test_bad_core_options(kwargs, match):
   with pytest.raises(ValueError, match=match):
     agents.make_agent(testing.control_spec(), network='mlp', core_size=4,
                       **kwargs)
+
+
+@pytest.mark.parametrize('family, norms', [
+    ('shallow_torso_layer_norm', ['torso/linear_norm']),
+    ('mlp_torso_layer_norm_separate_critic', [
+        'critic_torso/linear0_norm', 'critic_torso/linear1_norm',
+        'torso/linear0_norm', 'torso/linear1_norm'])])
+def test_torso_norm_adds_only_the_norms_and_trains_them(family, norms):
+  # The same seed without the norm builds the same other weights, and a
+  # gradient reaches each gain and offset.
+  spec, agent = _make(family)
+  plain = agents.make_agent(spec, seed=0, **{
+      'core_size': CORE, **FAMILIES[family][1], 'torso_norm': 'none'})
+  plain = {v.name: v.numpy() for v in plain.trainable_variables}
+  named = {v.name: v for v in agent.trainable_variables}
+  assert not [name for name in plain if '_norm/' in name]
+  assert sorted(set(named) - set(plain)) == sorted(
+      f'agent/{n}/{w}:0' for n in norms for w in ('offset', 'scale'))
+  for name, value in plain.items():
+    np.testing.assert_array_equal(named[name].numpy(), value, err_msg=name)
+  prev_actions, env_outputs = _trajectory(spec)
+  with tf.GradientTape() as tape:
+    out, _ = agent.unroll(prev_actions, env_outputs, agent.initial_state(B))
+    loss = tf.reduce_sum(out.baseline ** 2) + sum(
+        tf.reduce_sum(tf.nn.softmax(l) * l) for l in out.logits.values())
+  norm_variables = [v for v in agent.trainable_variables if '_norm/' in v.name]
+  for v, g in zip(norm_variables, tape.gradient(loss, norm_variables)):
+    assert g is not None and np.any(g.numpy()), v.name

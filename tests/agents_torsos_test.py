@@ -94,6 +94,123 @@ def test_leaky_activations_keep_a_gradient_in_dead_units(torso_cls,
     assert np.all(first_layer_gradient(activation).numpy() != 0), activation
 
 
+def _layer_norm_relu(h, scale, offset):
+  """relu(snt.LayerNorm(-1)(h)) in float64: eps 1e-5, Sonnet's default."""
+  h = np.asarray(h, np.float64)
+  mean = h.mean(axis=-1, keepdims=True)
+  var = h.var(axis=-1, keepdims=True)
+  return np.maximum((h - mean) / np.sqrt(var + 1e-5) * scale + offset, 0.)
+
+
+def _image_torso(torso_cls, norm):
+  """A small instance of `torso_cls` and its observation spec."""
+  if torso_cls is torsos.MinAtarTorso:
+    spec = _minatar_spec(4)
+    return spec, torso_cls(spec.observation_spec, _w_init(), norm=norm)
+  if torso_cls is torsos.FullyConvTorso:
+    spec = testing.sc2_spec(screen=8, minimap=6, num_functions=10)
+    return spec, torso_cls(spec.observation_spec, _w_init(),
+                           mask_keys={'available_actions'}, output_size=20,
+                           norm=norm)
+  spec = testing.atari_spec(frame_shape=(36, 36, 4))
+  return spec, torso_cls(spec.observation_spec, _w_init(), norm=norm)
+
+
+IMAGE_TORSOS = [torsos.ImpalaShallowTorso, torsos.ImpalaDeepTorso,
+                torsos.MinAtarTorso, torsos.FullyConvTorso]
+
+
+@pytest.mark.parametrize('torso_cls', IMAGE_TORSOS)
+@pytest.mark.parametrize('at_init', [True, False])
+def test_image_torso_layer_norm_matches_numpy(torso_cls, at_init):
+  # relu(layer_norm(linear(x))), with the linear layer's input recorded.
+  spec, torso = _image_torso(torso_cls, 'layer_norm')
+  obs = testing.random_observation(spec, (N,), np.random.default_rng(0))
+  torso(obs)
+  norm = torso._linear_norm
+  assert norm.name == 'linear_norm'
+  assert sorted(v.name.split('/', 1)[1] for v in norm.trainable_variables) == [
+      'linear_norm/offset:0', 'linear_norm/scale:0']
+  size = norm.scale.shape[0]
+  scale, offset = np.ones(size), np.zeros(size)  # Sonnet's initial gain, offset
+  np.testing.assert_array_equal(norm.scale.numpy(), scale)
+  np.testing.assert_array_equal(norm.offset.numpy(), offset)
+  if not at_init:  # A trained gain and offset are applied too.
+    rng = np.random.default_rng(1)
+    scale, offset = rng.uniform(0.5, 2., size), rng.normal(size=size)
+    norm.scale.assign(scale.astype(np.float32))
+    norm.offset.assign(offset.astype(np.float32))
+  linear, inputs = torso._linear, []
+
+  def recording_linear(x):
+    inputs.append(x.numpy())
+    return linear(x)
+
+  torso._linear = recording_linear
+  features = torso(obs).features.numpy()[:, :size]
+  (x,) = inputs
+  h = x.astype(np.float64) @ linear.w.numpy() + linear.b.numpy()
+  expected = _layer_norm_relu(h, scale, offset)
+  np.testing.assert_allclose(features, expected, rtol=1e-4, atol=1e-4)
+  # Without the norm this would be relu(h): the norm is what is applied.
+  assert not np.allclose(features, np.maximum(h, 0.), atol=1e-2)
+  # Normalised across units, no observation has every unit below zero.
+  assert np.all((features > 0).any(axis=-1))
+
+
+@pytest.mark.parametrize('torso_cls', IMAGE_TORSOS + [torsos.MLPTorso])
+def test_torso_norm_none_adds_no_variables(torso_cls):
+  # 'none' builds exactly today's variables (checkpoints still load), with
+  # the same seeded values as the 'layer_norm' torso's shared layers.
+  def variables(norm):
+    if torso_cls is torsos.MLPTorso:
+      spec = testing.control_spec(obs_size=5)
+      torso = torso_cls(spec.observation_spec, _w_init(), (7, 3), norm=norm)
+    else:
+      spec, torso = _image_torso(torso_cls, norm)
+    torso(testing.random_observation(spec, (N,), np.random.default_rng(0)))
+    return {v.name.split('/', 1)[1]: v.numpy() for v in torso.variables}
+
+  none, normed = variables('none'), variables('layer_norm')
+  assert not [name for name in none if 'norm' in name]
+  added = sorted(set(normed) - set(none))
+  if torso_cls is torsos.MLPTorso:
+    assert added == ['linear0_norm/offset:0', 'linear0_norm/scale:0',
+                     'linear1_norm/offset:0', 'linear1_norm/scale:0']
+  else:
+    assert added == ['linear_norm/offset:0', 'linear_norm/scale:0']
+  assert set(none) <= set(normed)
+  for name, value in none.items():
+    np.testing.assert_array_equal(normed[name], value, err_msg=name)
+
+
+def test_mlp_torso_layer_norm_matches_numpy():
+  spec = testing.control_spec(obs_size=5)
+  torso = torsos.MLPTorso(spec.observation_spec, _w_init(), (7, 3),
+                          norm='layer_norm')
+  obs = testing.random_observation(spec, (N,), np.random.default_rng(0))
+  x = np.concatenate([np.asarray(obs[k], np.float32).reshape(N, -1)
+                      for k in spec.observation_spec], axis=-1)
+  features = torso(obs).features.numpy()
+  assert [n.name for n in torso._norms] == ['linear0_norm', 'linear1_norm']
+  for layer, norm in zip(torso._layers, torso._norms):
+    x = _layer_norm_relu(x @ layer.w.numpy() + layer.b.numpy(),
+                         norm.scale.numpy(), norm.offset.numpy())
+  np.testing.assert_allclose(features, x, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('torso_cls', IMAGE_TORSOS + [torsos.MLPTorso])
+def test_unknown_norm_is_refused(torso_cls):
+  with pytest.raises(ValueError,
+                     match=r"norm must be one of \('none', 'layer_norm'\), "
+                           r"got 'batch_norm'"):
+    if torso_cls is torsos.MLPTorso:
+      torso_cls(testing.control_spec().observation_spec, _w_init(),
+                norm='batch_norm')
+    else:
+      _image_torso(torso_cls, 'batch_norm')
+
+
 def test_unknown_activation_is_refused():
   with pytest.raises(ValueError, match=r"activation must be one of \['elu'"):
     torsos.MLPTorso(testing.control_spec().observation_spec, _w_init(),

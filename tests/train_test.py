@@ -168,6 +168,8 @@ def test_unknown_game_gives_one_message_and_no_traceback(tmp_path):
      '--learning_rate_warmup_frames applies to --algorithm=impala only'),
     (['--algorithm=ppg', '--core=layer_norm_lstm'],
      '--core applies to --algorithm=impala only'),
+    (['--algorithm=ppg', '--torso_norm=layer_norm'],
+     '--torso_norm applies to --algorithm=impala only'),
     (['--algorithm=sac', '--core_size=0'], '0 (feed-forward) with '
      '--algorithm=impala'),
     (['--env=Pong'], '--env'),
@@ -377,7 +379,7 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--env=atari:Pong', '--core=layer_norm_lstm',
                  '--lstm_init=glorot', '--torso_grad_scale=0.5',
-                 '--torso_activation=elu',
+                 '--torso_activation=elu', '--torso_norm=layer_norm',
                  '--rmsprop_epsilon_outside', '--rmsprop_epsilon=1e-3',
                  '--learning_rate_warmup_frames=2000000',
                  '--rmsprop_fan_in_reference=256'])
@@ -387,7 +389,9 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
     flags.FLAGS(['train', '--env=atari:Pong'])
     default = train.config_from_flags(flags.FLAGS)
   assert config.agent_config == train.policy_lib.AgentConfig(
-      'auto', 256, False, 'layer_norm_lstm', 'glorot', 0.5, 'elu')
+      'auto', 256, False, 'layer_norm_lstm', 'glorot', 0.5, 'elu',
+      'layer_norm')
+  assert default.agent_config.torso_norm == 'none'
   assert config.learner_config.rmsprop_epsilon_outside
   assert config.learner_config.rmsprop_epsilon == 1e-3
   assert not default.learner_config.rmsprop_epsilon_outside
@@ -400,18 +404,21 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
   # runs made before the options existed resume unchanged.
   identity = train.run_loop.run_identity(config)
   assert (identity['core'], identity['lstm_init'],
-          identity['torso_grad_scale'], identity['torso_activation']) == (
-              'layer_norm_lstm', 'glorot', 0.5, 'elu')
-  assert not {'core', 'lstm_init', 'torso_grad_scale', 'torso_activation'} & (
-      set(train.run_loop.run_identity(default)))
+          identity['torso_grad_scale'], identity['torso_activation'],
+          identity['torso_norm']) == (
+              'layer_norm_lstm', 'glorot', 0.5, 'elu', 'layer_norm')
+  assert not {'core', 'lstm_init', 'torso_grad_scale', 'torso_activation',
+              'torso_norm'} & set(train.run_loop.run_identity(default))
   # Test mode takes a saved core; a run.json without one had Sonnet's LSTM,
   # and a flag for another core is refused by name.
   saved = {'algorithm': 'impala', 'core_size': 256, 'env': 'atari:Pong',
            'network': 'auto', 'separate_critic': False}
-  # The same for the torso's activation (ReLU when run.json has none).
+  # The same for the torso's activation (ReLU when run.json has none) and
+  # norm (none when run.json has none).
   for name, saved_value, other, default in (
       ('core', 'layer_norm_lstm', 'layer_norm_lstm', 'lstm'),
-      ('torso_activation', 'elu', 'leaky_relu', 'relu')):
+      ('torso_activation', 'elu', 'leaky_relu', 'relu'),
+      ('torso_norm', 'layer_norm', 'layer_norm', 'none')):
     with flagsaver.flagsaver():
       flags.FLAGS.unparse_flags()
       flags.FLAGS(['train', '--mode=test'])
@@ -424,6 +431,15 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
                          match=f"--{name}='{other}': the run in /x was made "
                                f"with {name}='{default}'"):
         train.adopt_run_settings(flags.FLAGS, saved, '/x')
+  # A layer-normalised run's checkpoint is refused to a norm-free network.
+  with flagsaver.flagsaver():
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--mode=test', '--torso_norm=none'])
+    with pytest.raises(train.app.UsageError,
+                       match="--torso_norm='none': the run in /x was made "
+                             "with torso_norm='layer_norm'"):
+      train.adopt_run_settings(flags.FLAGS,
+                               dict(saved, torso_norm='layer_norm'), '/x')
 
 
 def project_flags():

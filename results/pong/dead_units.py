@@ -9,7 +9,9 @@ through the torso of a run's newest checkpoint (or `--checkpoint`) and, with
 prints JSON: per layer (conv1, conv2 channels; linear units), how many units
 are never above zero on any frame or position, and the median share of
 (frame, position) pairs on which a unit is above zero. For a leaky
-activation "dead" reads "in the negative regime on every frame".
+activation "dead" reads "in the negative regime on every frame". With
+`--torso_norm=layer_norm` the linear layer is probed after its norm, where
+the activation reads it.
 
   python results/pong/dead_units.py --logdir=runs/pong --out=dead.json
   python results/pong/dead_units.py --init --seeds=0,1
@@ -62,6 +64,9 @@ def probe(torso, frames: np.ndarray) -> dict:
   pre2 = torso._conv2(act(pre1))  # pylint: disable=protected-access
   pre3 = torso._linear(  # pylint: disable=protected-access
       tf.reshape(act(pre2), [len(frames), -1]))
+  norm = torso._linear_norm  # pylint: disable=protected-access
+  if norm is not None:  # --torso_norm=layer_norm: the ReLU reads norm(linear).
+    pre3 = norm(pre3)
   result = {}
   for name, pre in (('conv1', pre1), ('conv2', pre2), ('linear', pre3)):
     pre = pre.numpy().reshape(-1, pre.shape[-1])
@@ -100,6 +105,7 @@ def main(argv):
         checkpoint=path,
         env_frames=run_files.env_frames(tf.train.load_checkpoint(path)),
         torso_activation=config.torso_activation,
+        torso_norm=config.torso_norm,
         layers=probe(agent._torso, frames))  # pylint: disable=protected-access
   run_files.emit(summary, FLAGS.out)
 
