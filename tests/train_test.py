@@ -201,9 +201,11 @@ def test_validate_accepts_the_defaults_and_fills_family_defaults():
   assert config.learner_config.step_mul == 4
   assert config.learner_config.batch_size == 32
   assert config.learner_config.num_replay == 16
-  assert config.learner_config.learning_rate == 6e-4
+  assert config.learner_config.learning_rate == 1e-3
   assert config.learner_config.optimizer == 'rmsprop'
   assert config.agent_config.core_size == 256
+  # 1e-3 kills the torso's linear layer on some seeds without its norm.
+  assert config.agent_config.torso_norm == 'layer_norm'
   # Long enough to learn a game; the learning rate decays over it.
   assert config.learner_config.total_environment_frames == 40_000_000
   with flagsaver.flagsaver():
@@ -214,7 +216,14 @@ def test_validate_accepts_the_defaults_and_fills_family_defaults():
     flags.FLAGS(['train', '--env=atari:Pong', '--optimizer=adam',
                  '--batch_size=16'])
     chosen = train.config_from_flags(flags.FLAGS)
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--env=atari:Pong', '--algorithm=ppg'])
+    ppg_config = train.config_from_flags(flags.FLAGS)
   assert gym_config.learner_config.optimizer == 'adam'
+  assert gym_config.agent_config.torso_norm == 'none'
+  assert chosen.agent_config.torso_norm == 'layer_norm'
+  # The ports' agents have no torso norm, whatever the family.
+  assert ppg_config.agent_config.torso_norm == 'none'
   assert (gym_config.learner_config.batch_size,
           gym_config.learner_config.num_replay) == (32, 16)
   assert (chosen.learner_config.batch_size,
@@ -386,12 +395,16 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
     train.validate(flags.FLAGS)
     config = train.config_from_flags(flags.FLAGS)
     flags.FLAGS.unparse_flags()
-    flags.FLAGS(['train', '--env=atari:Pong'])
+    flags.FLAGS(['train', '--env=atari:Pong', '--torso_norm=none'])
     default = train.config_from_flags(flags.FLAGS)
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--env=atari:Pong'])
+    atari_default = train.config_from_flags(flags.FLAGS)
   assert config.agent_config == train.policy_lib.AgentConfig(
       'auto', 256, False, 'layer_norm_lstm', 'glorot', 0.5, 'elu',
       'layer_norm')
   assert default.agent_config.torso_norm == 'none'
+  assert atari_default.agent_config.torso_norm == 'layer_norm'
   assert config.learner_config.rmsprop_epsilon_outside
   assert config.learner_config.rmsprop_epsilon == 1e-3
   assert not default.learner_config.rmsprop_epsilon_outside
@@ -409,6 +422,20 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
               'layer_norm_lstm', 'glorot', 0.5, 'elu', 'layer_norm')
   assert not {'core', 'lstm_init', 'torso_grad_scale', 'torso_activation',
               'torso_norm'} & set(train.run_loop.run_identity(default))
+  # Atari's default norm is recorded, so a run made before it became the
+  # default (no torso_norm in run.json) is refused to the new defaults and
+  # resumes with --torso_norm=none.
+  assert train.run_loop.run_identity(atari_default)['torso_norm'] == (
+      'layer_norm')
+  train.checkpoint_lib.check_run_identity(
+      str(tmp_path), train.run_loop.run_identity(default))
+  with pytest.raises(train.checkpoint_lib.CheckpointError,
+                     match="torso_norm: checkpoint has None, flags say "
+                           "'layer_norm'"):
+    train.checkpoint_lib.check_run_identity(
+        str(tmp_path), train.run_loop.run_identity(atari_default))
+  train.checkpoint_lib.check_run_identity(
+      str(tmp_path), train.run_loop.run_identity(default))
   # Test mode takes a saved core; a run.json without one had Sonnet's LSTM,
   # and a flag for another core is refused by name.
   saved = {'algorithm': 'impala', 'core_size': 256, 'env': 'atari:Pong',
@@ -431,6 +458,13 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
                          match=f"--{name}='{other}': the run in /x was made "
                                f"with {name}='{default}'"):
         train.adopt_run_settings(flags.FLAGS, saved, '/x')
+  # Test mode on such a run builds it without the norm.
+  with flagsaver.flagsaver():
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--mode=test', '--logdir=/x'])
+    train.adopt_run_settings(flags.FLAGS, saved, '/x')
+    assert train.config_from_flags(
+        flags.FLAGS).agent_config.torso_norm == 'none'
   # A layer-normalised run's checkpoint is refused to a norm-free network.
   with flagsaver.flagsaver():
     flags.FLAGS.unparse_flags()
