@@ -16,7 +16,7 @@ count. Non-finite losses or gradients skip the update (counted in
 """
 
 import math
-from typing import NamedTuple, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import sonnet as snt
 import tensorflow as tf
@@ -52,6 +52,10 @@ class LearnerConfig(NamedTuple):
     reward_scaling: rewards are multiplied by this before clipping.
     baseline_cost, entropy_cost, policy_cloning_cost, value_cloning_cost:
       loss weights.
+    entropy_cost_end: None keeps `entropy_cost` throughout; a float moves
+      the entropy weight linearly from `entropy_cost` to it over
+      `total_environment_frames` (see `entropy_cost_at`), as RLlib's
+      `entropy_coeff_schedule` does.
     clip_grad_norm: global-norm threshold for the gradients (0 = off).
     clip_advantage: zero negative advantages in the policy gradient.
     learning_rate: the peak learning rate, decayed linearly to 0 over
@@ -100,6 +104,7 @@ class LearnerConfig(NamedTuple):
   reward_scaling: float = 1.0
   baseline_cost: float = 0.5
   entropy_cost: float = 0.01
+  entropy_cost_end: Optional[float] = None
   policy_cloning_cost: float = 0.01
   value_cloning_cost: float = 0.005
   clip_grad_norm: float = 40.0
@@ -144,6 +149,10 @@ def validate_config(config: LearnerConfig):
         f'({config.total_environment_frames}), got '
         f'{config.learning_rate_warmup_frames}: the rate would never reach '
         'its peak.')
+  for name in ('entropy_cost', 'entropy_cost_end'):
+    value = getattr(config, name)
+    if value is not None and not value >= 0:  # NaN fails too.
+      raise ValueError(f'{name} must be >= 0, got {value}.')
   if config.optimizer not in OPTIMIZERS:
     raise ValueError(f'optimizer must be one of {OPTIMIZERS}, got '
                      f'{config.optimizer!r}.')
@@ -401,6 +410,25 @@ def learning_rate_at(frames, peak, total_frames, warmup_frames=0):
   return rate
 
 
+def entropy_cost_at(frames, start, end, total_frames):
+  """The entropy weight after `frames` environment frames.
+
+  Linear from `start` at 0 frames to `end` at `total_frames`, then `end`:
+
+    start + (end - start) * min(1, frames / total_frames)
+
+  Args:
+    frames: scalar (float32 tensor or number), frames trained on so far.
+    start, end: the weights at 0 and at `total_frames` frames.
+    total_frames: frames at which the weight reaches `end`.
+
+  Returns:
+    Scalar float32 tensor.
+  """
+  progress = tf.minimum(1.0, tf.cast(frames, tf.float32) / float(total_frames))
+  return start + (end - start) * progress
+
+
 def _all_finite(loss, grad_norm):
   return tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(grad_norm))
 
@@ -498,7 +526,17 @@ class ImpalaClearLearner(snt.Module):
 
   # --- Main IMPALA-CLEAR phase --------------------------------------------
 
+  def _entropy_cost(self):
+    """The entropy weight at the frames before this update."""
+    config = self.config
+    if config.entropy_cost_end is None:
+      return tf.constant(config.entropy_cost, tf.float32)
+    return entropy_cost_at(self.num_env_frames, config.entropy_cost,
+                           config.entropy_cost_end,
+                           config.total_environment_frames)
+
   def _loss_and_grads(self, batch: types.Unroll):
+    entropy_cost = self._entropy_cost()
     with tf.GradientTape() as tape:
       aligned, rewards, discounts = self._prepare(batch)
       target_logits, behaviour_logits, actions = _discrete_heads(aligned)
@@ -513,7 +551,7 @@ class ImpalaClearLearner(snt.Module):
           discounts=discounts,
           num_replay=self.config.num_replay,
           baseline_cost=self.config.baseline_cost,
-          entropy_cost=self.config.entropy_cost,
+          entropy_cost=entropy_cost,
           policy_cloning_cost=self.config.policy_cloning_cost,
           value_cloning_cost=self.config.value_cloning_cost,
           clip_advantage=self.config.clip_advantage)
@@ -531,6 +569,7 @@ class ImpalaClearLearner(snt.Module):
         # Mean policy entropy per step, summed over heads (entropy term is
         # sum p log p, i.e. minus the entropy).
         'policy/entropy': -extra.entropy / steps,
+        'policy/entropy_cost': entropy_cost,
         'policy/mean_log_rho': tf.reduce_mean(extra.log_rhos),
         'value/mean_baseline': tf.reduce_mean(aligned.target.baseline),
         'value/mean_vtrace_target': tf.reduce_mean(extra.vs),

@@ -205,6 +205,11 @@ flags.DEFINE_float('reward_scaling', None,
                    'whose dense rewards make values large, else 1).')
 flags.DEFINE_float('baseline_cost', 0.5, 'Weight of the baseline loss.')
 flags.DEFINE_float('entropy_cost', 0.01, 'Weight of the entropy term.')
+flags.DEFINE_float('entropy_cost_end', None,
+                   'Weight of the entropy term at the end of the run: set, '
+                   'the weight moves linearly from --entropy_cost to it over '
+                   '--total_environment_frames (as the learning rate '
+                   'decays); unset, --entropy_cost holds throughout.')
 flags.DEFINE_bool('clip_advantage', False,
                   'Zero negative advantages in the policy gradient.')
 flags.DEFINE_bool('jit_compile', False, 'Compile the learner step with XLA.')
@@ -298,7 +303,7 @@ IMPALA_ONLY_FLAGS = ('discount_per', 'replay_proportion', 'replay_buffer_size',
                      'replay_prefill_unrolls', 'policy_cloning_cost',
                      'value_cloning_cost', 'baseline_cost', 'clip_advantage',
                      'optimizer', 'learning_rate_warmup_frames',
-                     'rmsprop_initial_mean_square',
+                     'entropy_cost_end', 'rmsprop_initial_mean_square',
                      'rmsprop_epsilon', 'rmsprop_epsilon_outside',
                      'rmsprop_fan_in_reference', 'num_critic_pretrain_frames',
                      'separate_critic', 'core', 'lstm_init',
@@ -476,6 +481,9 @@ def _impala_problems(f):
         f'--learning_rate_warmup_frames ({f.learning_rate_warmup_frames:,}) '
         'must be below --total_environment_frames '
         f'({total_frames(f):,}): the rate would never reach its peak.')
+  for name in ('entropy_cost', 'entropy_cost_end'):
+    if f[name].value is not None and not f[name].value >= 0:
+      problems.append(f'--{name} must be >= 0.')
   if f.rmsprop_initial_mean_square < 0:
     problems.append('--rmsprop_initial_mean_square must be >= 0.')
   if not (math.isfinite(f.rmsprop_epsilon) and f.rmsprop_epsilon > 0):
@@ -648,7 +656,7 @@ def config_from_flags(f) -> run_loop.RunConfig:
         reward_clipping=f.reward_clipping,
         reward_scaling=family_default(f, 'reward_scaling'),
         baseline_cost=f.baseline_cost,
-        entropy_cost=f.entropy_cost,
+        entropy_cost=f.entropy_cost, entropy_cost_end=f.entropy_cost_end,
         policy_cloning_cost=f.policy_cloning_cost if num_replay else 0.0,
         value_cloning_cost=f.value_cloning_cost if num_replay else 0.0,
         clip_grad_norm=f.clip_grad_norm, clip_advantage=f.clip_advantage,

@@ -300,6 +300,41 @@ def test_learning_rate_at_matches_a_numpy_loop(warmup):
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=peak * 1e-6)
 
 
+def test_entropy_cost_at_matches_hand_values():
+  # Linear from 0.01 at 0 frames to 0.001 at 10,000, then held.
+  for frames, expected in [(0, 0.01), (2_500, 0.00775), (5_000, 0.0055),
+                           (10_000, 0.001), (30_000, 0.001)]:
+    got = learner_lib.entropy_cost_at(frames, 0.01, 0.001, 10_000).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+def test_entropy_cost_follows_its_schedule_into_the_loss():
+  """The scheduled weight is the one the total loss uses, taken at the
+  frames before each update, as the learning rate is."""
+  agent = TinyTestAgent()
+  frames_per_step = 6 * 2  # T x fresh columns x step_mul 1.
+  batch = make_batch(agent=agent)
+  learner = make_learner(agent, learning_rate=0.0, entropy_cost=0.5,
+                         entropy_cost_end=0.1,
+                         total_environment_frames=2 * frames_per_step)
+  seen = []
+  for _ in range(3):
+    metrics = learner.step(batch)  # lr 0: the weights never move.
+    others = (metrics['loss/total'] - metrics['policy/entropy_cost'] *
+              metrics['loss/entropy'])
+    seen.append((metrics['policy/entropy_cost'].numpy(), others.numpy()))
+  np.testing.assert_allclose([cost for cost, _ in seen], [0.5, 0.3, 0.1],
+                             rtol=1e-6)
+  # With the entropy term taken out, every update's loss is the same.
+  np.testing.assert_allclose([rest for _, rest in seen], seen[0][1],
+                             rtol=1e-5)
+  # ...and it is the loss of a learner whose weight is held at 0.1.
+  held = make_learner(agent, entropy_cost=0.1)._grads_fn(batch)[1]
+  np.testing.assert_allclose(metrics['loss/total'], held['loss/total'],
+                             rtol=1e-5)
+  assert held['policy/entropy_cost'].numpy() == np.float32(0.1)
+
+
 def test_grad_norm_is_reported_before_clipping():
   agent, batch = agent_and_batch()
   clipped = make_learner(agent, clip_grad_norm=1e-3)
@@ -587,6 +622,9 @@ def test_vtrace_targets_never_cross_a_truncation(column):
     ({'discounting': 1.5}, 'discounting'),
     ({'learning_rate_warmup_frames': -1}, 'learning_rate_warmup_frames'),
     ({'rmsprop_fan_in_reference': -1}, 'rmsprop_fan_in_reference'),
+    ({'entropy_cost_end': -0.1}, 'entropy_cost_end must be >= 0'),
+    ({'entropy_cost_end': float('nan')}, 'entropy_cost_end must be >= 0'),
+    ({'entropy_cost': -1.0}, 'entropy_cost must be >= 0'),
     ({'learning_rate_warmup_frames': 100, 'total_environment_frames': 100},
      'never reach its peak'),
 ])

@@ -166,6 +166,9 @@ def test_unknown_game_gives_one_message_and_no_traceback(tmp_path):
      'the rate would never reach its peak'),
     (['--algorithm=ppg', '--learning_rate_warmup_frames=10'],
      '--learning_rate_warmup_frames applies to --algorithm=impala only'),
+    (['--entropy_cost_end=-0.001'], '--entropy_cost_end must be >= 0'),
+    (['--algorithm=ppg', '--entropy_cost_end=0.001'],
+     '--entropy_cost_end applies to --algorithm=impala only'),
     (['--algorithm=ppg', '--core=layer_norm_lstm'],
      '--core applies to --algorithm=impala only'),
     (['--algorithm=ppg', '--torso_norm=layer_norm'],
@@ -391,7 +394,7 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
                  '--torso_activation=elu', '--torso_norm=layer_norm',
                  '--rmsprop_epsilon_outside', '--rmsprop_epsilon=1e-3',
                  '--learning_rate_warmup_frames=2000000',
-                 '--rmsprop_fan_in_reference=256'])
+                 '--rmsprop_fan_in_reference=256', '--entropy_cost_end=0.002'])
     train.validate(flags.FLAGS)
     config = train.config_from_flags(flags.FLAGS)
     flags.FLAGS.unparse_flags()
@@ -411,6 +414,8 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
   assert default.learner_config.rmsprop_epsilon == 1e-5
   assert config.learner_config.learning_rate_warmup_frames == 2_000_000
   assert default.learner_config.learning_rate_warmup_frames == 0
+  assert config.learner_config.entropy_cost_end == 0.002
+  assert default.learner_config.entropy_cost_end is None
   assert config.learner_config.rmsprop_fan_in_reference == 256
   assert default.learner_config.rmsprop_fan_in_reference == 0
   # run.json records core options only when they are not the defaults, so
