@@ -24,7 +24,6 @@ import tensorflow as tf
 
 import agents
 import envs
-from clear import checkpoint as checkpoint_lib
 from clear import policy as policy_lib
 import run_files  # results/pong/run_files.py, beside this script.
 
@@ -91,13 +90,7 @@ def main(argv):
                        for seed in FLAGS.seeds}
   if FLAGS.logdir:
     path = run_files.checkpoint_path(FLAGS.logdir, FLAGS.checkpoint)
-    saved = checkpoint_lib.read_run_identity(FLAGS.logdir) or {}
-    if saved.get('env') != 'atari:Pong' or saved.get('algorithm') != 'impala':
-      raise SystemExit(f'{FLAGS.logdir} is not an IMPALA Pong run.')
-    # The network run.json records, with AgentConfig's defaults for the
-    # options it leaves out, built as the run built it.
-    config = policy_lib.AgentConfig(**{
-        k: saved[k] for k in policy_lib.AgentConfig._fields if k in saved})
+    config, _ = run_files.pong_agent_config(FLAGS.logdir)
     agent = policy_lib.ImpalaPolicy(env.spec, config).agent
     tf.train.Checkpoint(agent=agent).restore(
         path).expect_partial().assert_existing_objects_matched()

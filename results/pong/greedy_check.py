@@ -20,7 +20,6 @@ import numpy as np
 import tensorflow as tf
 
 import envs
-from clear import checkpoint as checkpoint_lib
 from clear import continual
 from clear import policy as policy_lib
 from clear import run_loop
@@ -86,11 +85,7 @@ def main(argv):
   if not FLAGS.logdir:
     raise app.UsageError('Give --logdir.')
   path = run_files.checkpoint_path(FLAGS.logdir, FLAGS.checkpoint)
-  saved = checkpoint_lib.read_run_identity(FLAGS.logdir) or {}
-  if saved.get('env') != 'atari:Pong' or saved.get('algorithm') != 'impala':
-    raise SystemExit(f'{FLAGS.logdir} is not an IMPALA Pong run.')
-  config = policy_lib.AgentConfig(**{
-      k: saved[k] for k in policy_lib.AgentConfig._fields if k in saved})
+  config, saved = run_files.pong_agent_config(FLAGS.logdir)
   env = envs.make('atari:Pong', num_envs=1, seed=FLAGS.seed)
   spec = env.spec
   env.close()

@@ -4,6 +4,9 @@ import json
 
 import tensorflow as tf
 
+from clear import checkpoint as checkpoint_lib
+from clear import policy as policy_lib
+
 SUFFIX = '/.ATTRIBUTES/VARIABLE_VALUE'
 
 
@@ -27,3 +30,17 @@ def emit(summary: dict, out: str = ''):
   if out:
     with open(out, 'w') as f:
       f.write(text + '\n')
+
+
+def pong_agent_config(logdir: str):
+  """(AgentConfig, run.json dict) of an IMPALA Pong run; exits otherwise.
+
+  The network run.json records, with AgentConfig's defaults for the options
+  it leaves out: what the run built.
+  """
+  saved = checkpoint_lib.read_run_identity(logdir) or {}
+  if saved.get('env') != 'atari:Pong' or saved.get('algorithm') != 'impala':
+    raise SystemExit(f'{logdir} is not an IMPALA Pong run.')
+  config = policy_lib.AgentConfig(**{
+      k: saved[k] for k in policy_lib.AgentConfig._fields if k in saved})
+  return config, saved
