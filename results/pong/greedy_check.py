@@ -19,6 +19,7 @@ from absl import flags
 import numpy as np
 import tensorflow as tf
 
+from agents import heads
 import envs
 from clear import continual
 from clear import policy as policy_lib
@@ -55,8 +56,8 @@ class Acting:
     logits = output.logits['action']
     self.probs.append(tf.nn.softmax(logits).numpy())
     if self._greedy:
-      output = output._replace(
-          action={'action': np.argmax(logits, axis=-1).astype(np.int32)})
+      output = output._replace(action={
+          k: v.numpy() for k, v in heads.greedy_actions(output.logits).items()})
     return output, state
 
 
@@ -85,12 +86,13 @@ def main(argv):
   if not FLAGS.logdir:
     raise app.UsageError('Give --logdir.')
   path = run_files.checkpoint_path(FLAGS.logdir, FLAGS.checkpoint)
-  config, saved = run_files.pong_agent_config(FLAGS.logdir)
+  config, _ = run_files.pong_agent_config(FLAGS.logdir)
   env = envs.make('atari:Pong', num_envs=1, seed=FLAGS.seed)
   spec = env.spec
   env.close()
-  policy = policy_lib.ImpalaPolicy(spec, config, seed=int(saved.get('seed',
-                                                                    0)))
+  # Sampling seed 0, as test mode's with the default --seed (run.json
+  # records no seed).
+  policy = policy_lib.ImpalaPolicy(spec, config)
   tf.train.Checkpoint(agent=policy.agent).restore(
       path).expect_partial().assert_existing_objects_matched()
   summary = {
