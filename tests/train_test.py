@@ -210,7 +210,7 @@ def test_validate_accepts_the_defaults_and_fills_family_defaults():
   # 1e-3 kills the torso's linear layer on some seeds without its norm.
   assert config.agent_config.torso_norm == 'layer_norm'
   # Long enough to learn a game; the learning rate decays over it.
-  assert config.learner_config.total_environment_frames == 80_000_000
+  assert config.learner_config.total_environment_frames == 40_000_000
   with flagsaver.flagsaver():
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--env=gym:CartPole-v1'])
