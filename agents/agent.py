@@ -442,14 +442,17 @@ def make_agent(env_spec: types.EnvSpec,
     torso_activation: the torso's hidden-layer activation, a
       `TORSO_ACTIVATIONS` name: 'relu' (the papers'), 'leaky_relu' (slope
       0.01 below zero) or 'elu'.
-    torso_norm: a `TORSO_NORMS` name: 'none' (the papers') or 'layer_norm',
+    torso_norm: a `TORSO_NORMS` name: 'none' (the papers'), 'layer_norm',
       which layer-normalises the pre-activation of the image torsos' final
       linear layer and of each MLP hidden layer across its units, with a
       learnable gain and offset (`snt.LayerNorm`): `act(norm(linear(x)))`.
       The shallow torso's linear layer (fan-in 3,872) has lost most of its
       ReLU units on Pong at learning rates >= 8e-4; normalised across units,
-      its pre-activations cannot all fall below zero together. 'none' builds
-      the same variables as before the option existed.
+      its pre-activations cannot all fall below zero together.
+      'layer_norm_all' also normalises each conv layer's pre-activation
+      over the whole `[H, W, C]` map of a frame, with a gain and offset per
+      channel (see `torsos`). 'none' builds the same variables as before
+      the option existed.
 
   Returns:
     An `Agent` with its variables built.

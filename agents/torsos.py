@@ -21,8 +21,16 @@ offset) before the activation: `act(norm(linear(x)))`. ReLU units of the
 shallow torso's linear layer (fan-in 3,872) have been seen to die en masse on
 Pong at learning rates of 8e-4 and above; normalised across units, the
 pre-activations of a frame have zero mean and unit variance before the gain
-and offset, so they cannot all drop below zero together. With the default
-'none' the torsos are unchanged (no norm modules, no new variables).
+and offset, so they cannot all drop below zero together.
+
+`norm='layer_norm_all'` also normalises the image torsos' convolutions: each
+conv layer's `[H, W, C]` pre-activation is normalised over the whole map of a
+frame, with a learnable gain and offset per channel, before the activation
+(for the deep torso, each section's first conv, before its max-pool; the
+residual blocks keep their skip path). On Pong at 1e-3 the shallow torso's
+convolutions have lost every unit on one seed with only the linear layer
+normalised. With the default 'none' the torsos are unchanged (no norm
+modules, no new variables).
 """
 
 import functools
@@ -41,7 +49,7 @@ ACTIVATIONS: Dict[str, Callable[[tf.Tensor], tf.Tensor]] = {
 
 
 # Normalisations of the linear layers' pre-activations (see the docstring).
-NORMS = ('none', 'layer_norm')
+NORMS = ('none', 'layer_norm', 'layer_norm_all')
 
 
 def activation_fn(name: str) -> Callable[[tf.Tensor], tf.Tensor]:
@@ -58,15 +66,32 @@ def check_norm(norm: str) -> None:
     raise ValueError(f'norm must be one of {NORMS}, got {norm!r}')
 
 
-def make_norm(norm: str, name: str) -> Optional[snt.Module]:
-  """The `NORMS` entry `norm` as a module named `name`: None for 'none', a
-  `snt.LayerNorm` over the last axis with a learnable gain and offset for
-  'layer_norm'; ValueError naming the choices otherwise."""
+def make_norm(norm: str, name: str,
+              spatial: bool = False) -> Optional[snt.Module]:
+  """The `NORMS` entry `norm` as a module named `name`, or None where it
+  normalises nothing.
+
+  Args:
+    norm: a `NORMS` name.
+    name: the module's name.
+    spatial: whether the module is for a conv layer's `[N, H, W, C]`
+      pre-activation (normalised by 'layer_norm_all' only, over H, W and C,
+      with a gain and offset per channel) rather than a linear layer's
+      `[N, D]` one (normalised over D by both 'layer_norm' and
+      'layer_norm_all').
+
+  Returns:
+    None for 'none' (and for 'layer_norm' where `spatial`), an
+    `snt.LayerNorm` with a learnable gain and offset otherwise.
+
+  Raises:
+    ValueError: naming the choices if `norm` is not in `NORMS`.
+  """
   check_norm(norm)
-  if norm == 'none':
+  if norm == 'none' or (spatial and norm != 'layer_norm_all'):
     return None
-  return snt.LayerNorm(axis=-1, create_scale=True, create_offset=True,
-                       name=name)
+  return snt.LayerNorm(axis=[1, 2, 3] if spatial else -1, create_scale=True,
+                       create_offset=True, name=name)
 
 
 def _normed(norm: Optional[snt.Module], x: tf.Tensor) -> tf.Tensor:
@@ -157,7 +182,8 @@ class ImpalaShallowTorso(_ImageTorso):
   """The IMPALA shallow network: conv 16 8x8/4, conv 32 4x4/2, linear 256.
 
   All layers are followed by a ReLU (or `activation`); with
-  `norm='layer_norm'` the linear layer's pre-activation is layer-normalised.
+  `norm='layer_norm'` the linear layer's pre-activation is layer-normalised,
+  with 'layer_norm_all' the convolutions' too.
   """
 
   def __init__(self, observation_spec, w_init, output_size: int = 256,
@@ -167,11 +193,13 @@ class ImpalaShallowTorso(_ImageTorso):
                      norm=norm)
     self._conv1 = snt.Conv2D(16, 8, stride=4, w_init=w_init, name='conv1')
     self._conv2 = snt.Conv2D(32, 4, stride=2, w_init=w_init, name='conv2')
+    self._conv1_norm = make_norm(norm, 'conv1_norm', spatial=True)
+    self._conv2_norm = make_norm(norm, 'conv2_norm', spatial=True)
     self._linear = snt.Linear(output_size, w_init=w_init, name='linear')
 
   def _encode(self, image):
-    x = self._act(self._conv1(image))
-    x = self._act(self._conv2(x))
+    x = self._act(_normed(self._conv1_norm, self._conv1(image)))
+    x = self._act(_normed(self._conv2_norm, self._conv2(x)))
     return self._act(_normed(self._linear_norm,
                              self._linear(snt.flatten(x))))
 
@@ -180,7 +208,8 @@ class MinAtarTorso(_ImageTorso):
   """The torso of MinAtar's reference networks for 10x10 boards (Young and
   Tian, 2019): conv 16 3x3 stride 1 'VALID' (10x10 -> 8x8), linear 128,
   each followed by a ReLU (as in its DQN; its actor-critic used SiLU). With
-  `norm='layer_norm'` the linear layer's pre-activation is layer-normalised.
+  `norm='layer_norm'` the linear layer's pre-activation is layer-normalised,
+  with 'layer_norm_all' the conv layer's too.
 
   IMPALA's torsos are built for 84x84 frames: the shallow one's first
   stride-4 layer leaves 3x3 of a 10x10 board, so small boards get this one.
@@ -193,10 +222,11 @@ class MinAtarTorso(_ImageTorso):
                      norm=norm)
     self._conv = snt.Conv2D(channels, 3, padding='VALID', w_init=w_init,
                             name='conv')
+    self._conv_norm = make_norm(norm, 'conv_norm', spatial=True)
     self._linear = snt.Linear(output_size, w_init=w_init, name='linear')
 
   def _encode(self, image):
-    x = self._act(self._conv(image))
+    x = self._act(_normed(self._conv_norm, self._conv(image)))
     return self._act(_normed(self._linear_norm,
                              self._linear(snt.flatten(x))))
 
@@ -221,7 +251,8 @@ class ImpalaDeepTorso(_ImageTorso):
 
   A section is conv 3x3, max-pool 3x3 stride 2, and two residual blocks. The
   last section is followed by ReLU, flatten, linear 256, ReLU (the linear
-  layer's pre-activation layer-normalised with `norm='layer_norm'`).
+  layer's pre-activation layer-normalised with `norm='layer_norm'`; with
+  'layer_norm_all' each section's conv output is too, before the max-pool).
   """
 
   def __init__(self, observation_spec, w_init, output_size: int = 256,
@@ -234,6 +265,7 @@ class ImpalaDeepTorso(_ImageTorso):
     for i, c in enumerate(channels):
       self._sections.append((
           snt.Conv2D(c, 3, w_init=w_init, name=f'section{i}_conv'),
+          make_norm(norm, f'section{i}_conv_norm', spatial=True),
           _ResidualBlock(c, w_init, f'section{i}_block0', self._act),
           _ResidualBlock(c, w_init, f'section{i}_block1', self._act),
       ))
@@ -241,8 +273,8 @@ class ImpalaDeepTorso(_ImageTorso):
 
   def _encode(self, image):
     x = image
-    for conv, block0, block1 in self._sections:
-      x = conv(x)
+    for conv, conv_norm, block0, block1 in self._sections:
+      x = _normed(conv_norm, conv(x))
       x = tf.nn.max_pool2d(x, 3, strides=2, padding='SAME')
       x = block1(block0(x))
     x = self._act(x)
@@ -296,7 +328,7 @@ class FullyConvTorso(snt.Module):
     resolution and the broadcast planes; it is what the spatial heads read.
   - The feature vector is linear 256 + ReLU over all flattened fused maps
     (the linear layer's pre-activation layer-normalised with
-    `norm='layer_norm'`), with the action-mask observations
+    `norm='layer_norm'`, the convolutions' too with 'layer_norm_all'), with the action-mask observations
     (available_actions) appended so that the core knows which functions it
     may call.
   """
@@ -320,7 +352,9 @@ class FullyConvTorso(snt.Module):
                         if k not in mask_keys]
     self._convs = {
         k: (snt.Conv2D(16, 5, w_init=w_init, name=f'{k}_conv1'),
-            snt.Conv2D(32, 3, w_init=w_init, name=f'{k}_conv2'))
+            snt.Conv2D(32, 3, w_init=w_init, name=f'{k}_conv2'),
+            make_norm(norm, f'{k}_conv1_norm', spatial=True),
+            make_norm(norm, f'{k}_conv2_norm', spatial=True))
         for k in self._spatial_keys
     }
     self._linear = snt.Linear(output_size, w_init=w_init, name='linear')
@@ -333,9 +367,9 @@ class FullyConvTorso(snt.Module):
   def __call__(self, observation) -> TorsoOutput:
     maps = {}
     for k in self._spatial_keys:
-      conv1, conv2 = self._convs[k]
-      x = self._act(conv1(to_float(observation[k])))
-      x = self._act(conv2(x))
+      conv1, conv2, norm1, norm2 = self._convs[k]
+      x = self._act(_normed(norm1, conv1(to_float(observation[k]))))
+      x = self._act(_normed(norm2, conv2(x)))
       maps.setdefault(self._resolutions[k], []).append(x)
     planes = _concat_vectors(observation, self._plane_keys)
     if planes is not None:

@@ -346,6 +346,30 @@ class _Run:
     partial = final + '.partial'
     for stale in (partial, final):
       shutil.rmtree(stale, ignore_errors=True)
+    try:
+      self._write_state(partial, actor_state)
+    except OSError as e:  # A full disk, for one: say what it left intact.
+      shutil.rmtree(partial, ignore_errors=True)
+      kept = self.checkpointer.kept_numbers
+      last = (f'ckpt-{max(kept)} with its state' if kept else
+              'no earlier checkpoint')
+      raise OSError(
+          f'Could not write checkpoint {number} ({final}): {e}. Nothing of '
+          f'it was kept, and {last} is untouched; free space and rerun the '
+          'same command to resume from there.') from e
+    os.replace(partial, final)
+    self.checkpointer.save()
+    kept = set(self.checkpointer.kept_numbers)
+    for path in glob.glob(os.path.join(self.checkpointer.directory,
+                                       'state-*')):
+      suffix = path.rsplit('-', 1)[1]
+      if not suffix.isdigit() or int(suffix) not in kept:
+        shutil.rmtree(path, ignore_errors=True)
+
+  def _write_state(self, partial: str,
+                   actor_state: Optional[snapshot.Arrays]) -> None:
+    """Writes the replay, run state and actors of a checkpoint under
+    `partial`."""
     os.makedirs(partial)
     for name, buffer in self._buffers().items():
       buffer.save(os.path.join(partial, name))
@@ -365,14 +389,6 @@ class _Run:
     snapshot.save(os.path.join(partial, 'run.npz'), state)
     if actor_state is not None:
       snapshot.save(os.path.join(partial, 'actors.npz'), actor_state)
-    os.replace(partial, final)
-    self.checkpointer.save()
-    kept = set(self.checkpointer.kept_numbers)
-    for path in glob.glob(os.path.join(self.checkpointer.directory,
-                                       'state-*')):
-      suffix = path.rsplit('-', 1)[1]
-      if not suffix.isdigit() or int(suffix) not in kept:
-        shutil.rmtree(path, ignore_errors=True)
 
   @property
   def frames(self) -> int:

@@ -143,11 +143,13 @@ flags.DEFINE_enum('torso_activation', 'relu',
 flags.DEFINE_enum('torso_norm', None, list(agents_lib.TORSO_NORMS),
                   "Normalisation of the pre-activations of the torso's final "
                   'linear layer (each hidden layer of the mlp torso): none '
-                  "(the papers') or layer_norm (across units, with a "
+                  "(the papers'), layer_norm (across units, with a "
                   "learnable gain and offset). Without it the shallow "
                   "torso's linear layer lost most of its ReLU units on "
                   'some Pong seeds at learning rates >= 8e-4; normalised '
                   'across units, they cannot all fall below zero together. '
+                  'layer_norm_all also normalises each conv layer over the '
+                  "whole map of a frame (a gain and offset per channel). "
                   'Default per env family: layer_norm for Atari, none '
                   'otherwise and for the PPG, SAC and DDPG ports (see '
                   'FAMILY_DEFAULTS).')

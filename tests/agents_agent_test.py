@@ -47,6 +47,9 @@ FAMILIES = {
     'mlp_torso_layer_norm_separate_critic': (
         testing.control_spec, dict(network='mlp', torso_norm='layer_norm',
                                    separate_critic=True)),
+    'shallow_torso_layer_norm_all': (
+        testing.atari_spec, dict(network='impala_shallow',
+                                 torso_norm='layer_norm_all')),
 }
 
 
@@ -432,8 +435,8 @@ def test_torso_grad_scale_scales_only_the_torso_gradient():
     (dict(torso_grad_scale=float('nan')), 'torso_grad_scale must be'),
     (dict(torso_activation='tanh'), 'torso_activation must be one of'),
     (dict(torso_norm='batch_norm'),
-     r"torso_norm must be one of \('none', 'layer_norm'\), got "
-     r"'batch_norm'")])
+     r"torso_norm must be one of \('none', 'layer_norm', 'layer_norm_all'\), "
+     r"got 'batch_norm'")])
 def test_bad_core_options(kwargs, match):
   with pytest.raises(ValueError, match=match):
     agents.make_agent(testing.control_spec(), network='mlp', core_size=4,
@@ -442,6 +445,8 @@ def test_bad_core_options(kwargs, match):
 
 @pytest.mark.parametrize('family, norms', [
     ('shallow_torso_layer_norm', ['torso/linear_norm']),
+    ('shallow_torso_layer_norm_all', ['torso/conv1_norm', 'torso/conv2_norm',
+                                      'torso/linear_norm']),
     ('mlp_torso_layer_norm_separate_critic', [
         'critic_torso/linear0_norm', 'critic_torso/linear1_norm',
         'torso/linear0_norm', 'torso/linear1_norm'])])

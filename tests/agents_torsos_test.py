@@ -158,10 +158,24 @@ def test_image_torso_layer_norm_matches_numpy(torso_cls, at_init):
   assert np.all((features > 0).any(axis=-1))
 
 
+# The conv norms 'layer_norm_all' adds to each image torso, beyond 'layer_norm'.
+CONV_NORMS = {
+    torsos.ImpalaShallowTorso: ['conv1_norm', 'conv2_norm'],
+    torsos.ImpalaDeepTorso: ['section0_conv_norm', 'section1_conv_norm',
+                             'section2_conv_norm'],
+    torsos.MinAtarTorso: ['conv_norm'],
+    torsos.FullyConvTorso: ['minimap_conv1_norm', 'minimap_conv2_norm',
+                            'screen_conv1_norm', 'screen_conv2_norm'],
+    torsos.MLPTorso: [],
+}
+
+
 @pytest.mark.parametrize('torso_cls', IMAGE_TORSOS + [torsos.MLPTorso])
 def test_torso_norm_none_adds_no_variables(torso_cls):
   # 'none' builds exactly today's variables (checkpoints still load), with
-  # the same seeded values as the 'layer_norm' torso's shared layers.
+  # the same seeded values as the 'layer_norm' torso's shared layers; and
+  # 'layer_norm_all' adds to 'layer_norm' exactly the conv layers' norms,
+  # a gain and offset per channel.
   def variables(norm):
     if torso_cls is torsos.MLPTorso:
       spec = testing.control_spec(obs_size=5)
@@ -182,6 +196,97 @@ def test_torso_norm_none_adds_no_variables(torso_cls):
   assert set(none) <= set(normed)
   for name, value in none.items():
     np.testing.assert_array_equal(normed[name], value, err_msg=name)
+  normed_all = variables('layer_norm_all')
+  assert set(normed) <= set(normed_all)
+  for name, value in normed.items():
+    np.testing.assert_array_equal(normed_all[name], value, err_msg=name)
+  added = sorted(set(normed_all) - set(normed))
+  assert added == sorted(f'{n}/{w}:0' for n in CONV_NORMS[torso_cls]
+                         for w in ('offset', 'scale'))
+  for name in added:
+    channels = none[name.split('_norm/')[0] + '/b:0'].shape
+    assert normed_all[name].shape == channels, name
+
+
+def _spatial_layer_norm(h, scale, offset):
+  """snt.LayerNorm(axis=[1, 2, 3]) of `[N, H, W, C]` in float64: each frame's
+  map normalised as a whole, then a gain and offset per channel."""
+  h = np.asarray(h, np.float64)
+  mean = h.mean(axis=(1, 2, 3), keepdims=True)
+  var = h.var(axis=(1, 2, 3), keepdims=True)
+  return (h - mean) / np.sqrt(var + 1e-5) * scale + offset
+
+
+def test_shallow_torso_layer_norm_all_matches_numpy():
+  # relu(norm(conv(x))) for both convs and relu(norm(linear(x))), with each
+  # layer's pre-activation recorded and trained-looking gains and offsets.
+  spec, torso = _image_torso(torsos.ImpalaShallowTorso, 'layer_norm_all')
+  obs = testing.random_observation(spec, (N,), np.random.default_rng(0))
+  torso(obs)
+  rng = np.random.default_rng(1)
+  for norm in (torso._conv1_norm, torso._conv2_norm, torso._linear_norm):
+    size = norm.scale.shape[0]
+    norm.scale.assign(rng.uniform(0.5, 2., size).astype(np.float32))
+    norm.offset.assign(rng.normal(size=size).astype(np.float32))
+  layers = {'conv1': torso._conv1, 'conv2': torso._conv2,
+            'linear': torso._linear}
+  outputs = {}
+
+  def recording(name):
+    def call(x):
+      outputs[name] = layers[name](x)
+      return outputs[name]
+    return call
+
+  for name in layers:
+    setattr(torso, f'_{name}', recording(name))
+  features = torso(obs).features.numpy()
+  # What each layer read is the activation of the previous layer's norm.
+  x1 = np.maximum(_spatial_layer_norm(outputs['conv1'],
+                                      torso._conv1_norm.scale.numpy(),
+                                      torso._conv1_norm.offset.numpy()), 0.)
+  np.testing.assert_allclose(
+      layers['conv2'](x1.astype(np.float32)), outputs['conv2'],
+      rtol=1e-4, atol=1e-4)
+  x2 = np.maximum(_spatial_layer_norm(outputs['conv2'],
+                                      torso._conv2_norm.scale.numpy(),
+                                      torso._conv2_norm.offset.numpy()), 0.)
+  h = x2.reshape(N, -1) @ layers['linear'].w.numpy() + layers['linear'].b.numpy()
+  np.testing.assert_allclose(
+      features, _layer_norm_relu(h, torso._linear_norm.scale.numpy(),
+                                 torso._linear_norm.offset.numpy()),
+      rtol=1e-3, atol=1e-3)
+
+
+# The deep torso is left out: no ReLU reads its section convs directly (a
+# max-pool and a residual sum do), so they cannot die this way.
+@pytest.mark.parametrize('torso_cls', [torsos.ImpalaShallowTorso,
+                                       torsos.MinAtarTorso,
+                                       torsos.FullyConvTorso])
+def test_layer_norm_all_keeps_convs_alive(torso_cls):
+  # Every conv bias at -10 puts every conv unit below zero on every input:
+  # with only the linear layer normalised no gradient reaches the first
+  # conv's kernel; with the convolutions normalised too it does.
+  spec = _image_torso(torso_cls, 'none')[0]
+  obs = testing.random_observation(spec, (N,), np.random.default_rng(0))
+
+  def first_conv_gradient(norm):
+    torso = _image_torso(torso_cls, norm)[1]
+    torso(obs)
+    conv_biases = [v for v in torso.trainable_variables
+                   if 'conv' in v.name and v.name.endswith('/b:0')]
+    for v in conv_biases:
+      v.assign(tf.fill(v.shape, -10.))
+    kernel = [v for v in torso.trainable_variables if 'conv' in v.name and
+              v.name.endswith('/w:0')][0]
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_sum(torso(obs).features)
+    return tape.gradient(loss, kernel)
+
+  dead = first_conv_gradient('layer_norm')
+  assert dead is None or not np.any(dead.numpy())
+  alive = first_conv_gradient('layer_norm_all')
+  assert alive is not None and np.any(alive.numpy())
 
 
 def test_mlp_torso_layer_norm_matches_numpy():
@@ -202,8 +307,8 @@ def test_mlp_torso_layer_norm_matches_numpy():
 @pytest.mark.parametrize('torso_cls', IMAGE_TORSOS + [torsos.MLPTorso])
 def test_unknown_norm_is_refused(torso_cls):
   with pytest.raises(ValueError,
-                     match=r"norm must be one of \('none', 'layer_norm'\), "
-                           r"got 'batch_norm'"):
+                     match=r"norm must be one of \('none', 'layer_norm', "
+                           r"'layer_norm_all'\), got 'batch_norm'"):
     if torso_cls is torsos.MLPTorso:
       torso_cls(testing.control_spec().observation_spec, _w_init(),
                 norm='batch_norm')

@@ -281,6 +281,39 @@ def test_replay_contents_survive_resume(tmp_path):
   assert names == ['state-2', 'state-3', 'state-4']
 
 
+def test_a_full_disk_while_checkpointing_is_one_error_and_loses_nothing(
+    tmp_path, monkeypatch):
+  config = make_config(tmp_path, backend='inline')
+  run_loop.train(config, max_updates=2)
+  checkpoints = os.path.join(str(tmp_path), 'checkpoints')
+  run = run_loop._Run(config)
+  frames = run.frames
+
+  def fake_full_disk_save(path, arrays):
+    del arrays
+    with open(path, 'wb') as f:  # A partial file, as a full disk leaves.
+      f.write(b'partial')
+    raise OSError(28, 'No space left on device')
+
+  monkeypatch.setattr(snapshot, 'save', fake_full_disk_save)
+  with pytest.raises(OSError) as raised:
+    run.save()
+  message = str(raised.value)
+  assert message.startswith(
+      f'Could not write checkpoint 2 ({os.path.join(checkpoints, "state-2")})'
+      ': [Errno 28] No space left on device. Nothing of it was kept, and '
+      'ckpt-1 with its state is untouched;')
+  assert 'rerun the same command' in message
+  # The half-written state is gone (its space freed), checkpoint 1 is still
+  # the latest, and a resume restores it with its replay.
+  assert sorted(os.listdir(checkpoints)) == [
+      'checkpoint', 'ckpt-1.data-00000-of-00001', 'ckpt-1.index', 'state-1']
+  monkeypatch.undo()
+  resumed = run_loop._Run(config)
+  assert resumed.frames == frames > 0
+  assert len(resumed.buffer) == len(run.buffer) > 0
+
+
 def test_missing_replay_needs_an_explicit_flag(tmp_path):
   config = make_config(tmp_path, backend='inline')
   run_loop.train(config, max_updates=2)

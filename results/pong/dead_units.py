@@ -10,8 +10,8 @@ prints JSON: per layer (conv1, conv2 channels; linear units), how many units
 are never above zero on any frame or position, and the median share of
 (frame, position) pairs on which a unit is above zero. For a leaky
 activation "dead" reads "in the negative regime on every frame". With
-`--torso_norm=layer_norm` the linear layer is probed after its norm, where
-the activation reads it.
+a `--torso_norm` each normalised layer is probed after its norm, where the
+activation reads it.
 
   python results/pong/dead_units.py --logdir=runs/pong --out=dead.json
   python results/pong/dead_units.py --init --seeds=0,1
@@ -57,15 +57,18 @@ def probe(torso, frames: np.ndarray) -> dict:
   if not isinstance(torso, agents.torsos.ImpalaShallowTorso):
     raise SystemExit(f'{type(torso).__name__}: this probe reads the IMPALA '
                      'shallow torso (conv1, conv2, linear).')
-  act = torso._act  # pylint: disable=protected-access
+  # pylint: disable=protected-access
+  act = torso._act
+
+  def normed(norm, pre):  # The activation reads norm(pre) where there is one.
+    return pre if norm is None else norm(pre)
+
   x = tf.cast(frames, tf.float32) / 255.
-  pre1 = torso._conv1(x)  # pylint: disable=protected-access
-  pre2 = torso._conv2(act(pre1))  # pylint: disable=protected-access
-  pre3 = torso._linear(  # pylint: disable=protected-access
-      tf.reshape(act(pre2), [len(frames), -1]))
-  norm = torso._linear_norm  # pylint: disable=protected-access
-  if norm is not None:  # --torso_norm=layer_norm: the ReLU reads norm(linear).
-    pre3 = norm(pre3)
+  pre1 = normed(torso._conv1_norm, torso._conv1(x))
+  pre2 = normed(torso._conv2_norm, torso._conv2(act(pre1)))
+  pre3 = normed(torso._linear_norm, torso._linear(
+      tf.reshape(act(pre2), [len(frames), -1])))
+  # pylint: enable=protected-access
   result = {}
   for name, pre in (('conv1', pre1), ('conv2', pre2), ('linear', pre3)):
     pre = pre.numpy().reshape(-1, pre.shape[-1])
