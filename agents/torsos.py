@@ -48,7 +48,7 @@ ACTIVATIONS: Dict[str, Callable[[tf.Tensor], tf.Tensor]] = {
 }
 
 
-# Normalisations of the linear layers' pre-activations (see the docstring).
+# Normalisations of the layers' pre-activations (see the docstring).
 NORMS = ('none', 'layer_norm', 'layer_norm_all')
 
 
@@ -328,9 +328,9 @@ class FullyConvTorso(snt.Module):
     resolution and the broadcast planes; it is what the spatial heads read.
   - The feature vector is linear 256 + ReLU over all flattened fused maps
     (the linear layer's pre-activation layer-normalised with
-    `norm='layer_norm'`, the convolutions' too with 'layer_norm_all'), with the action-mask observations
-    (available_actions) appended so that the core knows which functions it
-    may call.
+    `norm='layer_norm'`, the convolutions' too with 'layer_norm_all'), with
+    the action-mask observations (available_actions) appended so that the
+    core knows which functions it may call.
   """
 
   def __init__(self, observation_spec, w_init, mask_keys=(),

@@ -351,12 +351,12 @@ class _Run:
     except OSError as e:  # A full disk, for one: say what it left intact.
       shutil.rmtree(partial, ignore_errors=True)
       kept = self.checkpointer.kept_numbers
-      last = (f'ckpt-{max(kept)} with its state' if kept else
-              'no earlier checkpoint')
-      raise OSError(
-          f'Could not write checkpoint {number} ({final}): {e}. Nothing of '
-          f'it was kept, and {last} is untouched; free space and rerun the '
-          'same command to resume from there.') from e
+      last = (f'ckpt-{max(kept)} with its state is untouched; free space '
+              'and rerun the same command to resume from there' if kept else
+              'there is no earlier checkpoint; free space and rerun the same '
+              'command to start again')
+      raise OSError(f'Could not write checkpoint {number} ({final}): {e}. '
+                    f'Nothing of it was kept, and {last}.') from e
     os.replace(partial, final)
     self.checkpointer.save()
     kept = set(self.checkpointer.kept_numbers)

@@ -59,10 +59,7 @@ def probe(torso, frames: np.ndarray) -> dict:
                      'shallow torso (conv1, conv2, linear).')
   # pylint: disable=protected-access
   act = torso._act
-
-  def normed(norm, pre):  # The activation reads norm(pre) where there is one.
-    return pre if norm is None else norm(pre)
-
+  normed = agents.torsos._normed  # The activation reads norm(pre), if any.
   x = tf.cast(frames, tf.float32) / 255.
   pre1 = normed(torso._conv1_norm, torso._conv1(x))
   pre2 = normed(torso._conv2_norm, torso._conv2(act(pre1)))
