@@ -68,6 +68,11 @@ CASES = {
     # The batch-16 lead of issue 14 (twice the updates per frame).
     'pong_clear_batch16': (['--env=atari:Pong', '--replay_proportion=0.5',
                             '--batch_size=16'], 300_000, 20_000, 18.0),
+    # The batch-64 lead of issue 14 (half the updates per frame, each twice
+    # as large): a candidate Atari default, timed back to back with
+    # pong_clear.
+    'pong_clear_batch64': (['--env=atari:Pong', '--replay_proportion=0.5',
+                            '--batch_size=64'], 300_000, 20_000, 18.0),
     # The CLEAR paper's 5M-frame buffer (62,500 Pong unrolls of 80 frames),
     # run until it is full and then some: its speed and peak memory.
     'pong_clear_5m_buffer': (['--env=atari:Pong', '--replay_proportion=0.5',
