@@ -433,6 +433,24 @@ def _all_finite(loss, grad_norm):
   return tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(grad_norm))
 
 
+def _create_slots(optimizer, variables_fn):
+  """Creates `optimizer`'s slots for `variables_fn()` now, once, eagerly.
+
+  A `tf.function` that creates variables on its first call is traced
+  twice; with the slots made before, each update graph is traced once.
+  They are made when the first update is built, as before, so a
+  checkpoint restored earlier still fills them (delayed restoration) and
+  a checkpoint holds the same objects. An agent that builds its weights on
+  its first call (Sonnet raises ValueError for its variables until then)
+  leaves them to that first trace.
+  """
+  try:
+    variables = list(variables_fn())
+  except ValueError:
+    return
+  optimizer._initialize(variables)  # pylint: disable=protected-access
+
+
 class ImpalaClearLearner(snt.Module):
   """IMPALA with CLEAR replay: V-trace plus policy and value cloning.
 
@@ -462,12 +480,52 @@ class ImpalaClearLearner(snt.Module):
                                          name='num_skipped_steps')
     self.optimizer = make_optimizer(config, self.learning_rate)
     self.critic_optimizer = make_optimizer(config, self.learning_rate)
-    self._grads_fn = tf.function(self._loss_and_grads,
+    self._grads_fn = tf.function(self._loss_and_grads, autograph=False,
                                  jit_compile=config.jit_compile)
     self._critic_grads_fn = tf.function(self._critic_loss_and_grads,
+                                        autograph=False,
                                         jit_compile=config.jit_compile)
-    self.step = tf.function(self._step)
-    self.critic_step = tf.function(self._critic_step)
+    self._step_fn = tf.function(self._step, autograph=False)
+    self._critic_step_fn = tf.function(self._critic_step, autograph=False)
+
+  # --- Entry points ----------------------------------------------------------
+
+  @snt.no_name_scope
+  def step(self, batch: types.Unroll):
+    """One IMPALA-CLEAR update on a batch of `[T + 1, B]` unrolls.
+
+    Returns:
+      Dict of scalar metric tensors (loss terms, grad norm, learning rate,
+      counters, `skipped` when the update was dropped for non-finite
+      numbers).
+    """
+    _create_slots(self.optimizer, lambda: self.agent.trainable_variables)
+    return self._step_fn(batch)
+
+  @snt.no_name_scope
+  def critic_step(self, batch: types.Unroll):
+    """One critic-pretraining update: baseline loss on discounted returns.
+
+    Only `agent.critic_variables` change; the policy is left untouched.
+    """
+    _create_slots(self.critic_optimizer,
+                  lambda: self.agent.critic_variables)
+    return self._critic_step_fn(batch)
+
+  @snt.no_name_scope
+  def trace(self, signature, critic: bool = False):
+    """Builds the graph of `step` (and of `critic_step`) without running it.
+
+    Args:
+      signature: nest of `tf.TensorSpec` of a batch (an `Unroll`).
+      critic: also build `critic_step`'s graph.
+    """
+    _create_slots(self.optimizer, lambda: self.agent.trainable_variables)
+    self._step_fn.get_concrete_function(signature)
+    if critic:
+      _create_slots(self.critic_optimizer,
+                  lambda: self.agent.critic_variables)
+      self._critic_step_fn.get_concrete_function(signature)
 
   # --- Shared pieces -------------------------------------------------------
 
@@ -578,12 +636,7 @@ class ImpalaClearLearner(snt.Module):
 
   @snt.no_name_scope
   def _step(self, batch: types.Unroll):
-    """One IMPALA-CLEAR update on a batch of `[T + 1, B]` unrolls.
-
-    Returns:
-      Dict of scalar metrics (loss terms, grad norm, learning rate, counters,
-      `skipped` when the update was dropped for non-finite numbers).
-    """
+    """`step`'s graph."""
     return self._update(batch, self._grads_fn, self.optimizer,
                         lambda: self.agent.trainable_variables, 'loss/total',
                         prefix='')
@@ -606,10 +659,7 @@ class ImpalaClearLearner(snt.Module):
 
   @snt.no_name_scope
   def _critic_step(self, batch: types.Unroll):
-    """One critic-pretraining update: baseline loss on discounted returns.
-
-    Only `agent.critic_variables` change; the policy is left untouched.
-    """
+    """`critic_step`'s graph."""
     return self._update(batch, self._critic_grads_fn, self.critic_optimizer,
                         lambda: self.agent.critic_variables, 'loss/baseline',
                         prefix='critic_pretrain/')

@@ -254,7 +254,9 @@ class ImpalaPolicy(Policy):
                                    torso_activation=(
                                        agent_config.torso_activation),
                                    torso_norm=agent_config.torso_norm)
-    self._step = tf.function(self.agent.step)  # make_agent built the weights.
+    # make_agent built the weights. The agent's maths has no Python control
+    # flow on tensors, so AutoGraph has nothing to convert.
+    self._step = tf.function(self.agent.step, autograph=False)
     self.learner = None
     if learner_config is not None:
       self.learner = learner_lib.ImpalaClearLearner(self.agent,
@@ -295,9 +297,7 @@ class ImpalaPolicy(Policy):
     signature = tree.map_structure(
         lambda x: tf.TensorSpec(np.shape(x), tf.as_dtype(np.asarray(x).dtype)),
         example_batch)
-    self.learner.step.get_concrete_function(signature)
-    if critic:
-      self.learner.critic_step.get_concrete_function(signature)
+    self.learner.trace(signature, critic=critic)
 
   @property
   def num_env_frames(self):

@@ -356,6 +356,24 @@ def test_optimizers_update_every_variable(optimizer):
   assert all(changed)
 
 
+@pytest.mark.parametrize('optimizer', ['adam', 'rmsprop'])
+def test_each_update_graph_is_traced_once(optimizer):
+  # The optimizers' slots are made before the first graph is built: a
+  # `tf.function` that creates variables is traced a second time (seconds
+  # at Atari scale, at every start of a run).
+  agent, batch = agent_and_batch()
+  learner = make_learner(agent, optimizer=optimizer)
+  signature = tree.map_structure(
+      lambda x: tf.TensorSpec(x.shape, tf.as_dtype(x.dtype)), batch)
+  learner.trace(signature, critic=True)
+  for _ in range(2):
+    learner.critic_step(batch)
+    learner.step(batch)
+  # pylint: disable=protected-access
+  assert learner._step_fn.experimental_get_tracing_count() == 1
+  assert learner._critic_step_fn.experimental_get_tracing_count() == 1
+
+
 @pytest.mark.parametrize('initial', [1.0, 0.0])
 def test_rmsprop_first_update_follows_the_initial_mean_square(initial):
   # One update from mean square m0: m = decay m0 + (1 - decay) g^2 and

@@ -70,7 +70,7 @@ def test_phases_run_in_order_and_resume_where_they_stopped(tmp_path):
 
 @pytest.mark.parametrize('optimizer', ['adam', 'rmsprop'])
 def test_resume_restores_weights_and_optimizer_slots(tmp_path, optimizer):
-  config = make_config(tmp_path, optimizer=optimizer)
+  config = make_config(tmp_path, optimizer=optimizer, backend='inline')
   run_loop.train(config, max_updates=2)
   saved = saved_variables(tmp_path)
   run = run_loop._Run(config)
@@ -87,15 +87,23 @@ def test_resume_restores_weights_and_optimizer_slots(tmp_path, optimizer):
                               {'agent': fresh.agent})
   for a, b in zip(fresh.get_weights(), run.policy.get_weights()):
     np.testing.assert_array_equal(a, b)
-  # Optimizer slots are created lazily and restored when they appear: zero
-  # gradients leave Adam's m = beta1 * m_saved and RMSProp's mean square
-  # ms = decay * ms_saved (not decay * 1, its initial value).
+  # Optimizer slots are created after the restore, when the run builds its
+  # update graph, and restored when they appear; then zero gradients leave
+  # Adam's m = beta1 * m_saved and RMSProp's mean square ms = decay *
+  # ms_saved (not decay * 1, its initial value).
+  slots, decay = (('m', 0.9) if optimizer == 'adam' else ('ms', 0.99))
+  assert not getattr(learner.optimizer, slots)
+  lc = config.learner_config
+  run.policy.trace(policy_lib.example_batch(run.policy, lc.unroll_length,
+                                            lc.batch_size))
+  saved_slots = [saved[f'optimizer/{slots}/{i}/.ATTRIBUTES/VARIABLE_VALUE']
+                 for i in range(len(getattr(learner.optimizer, slots)))]
+  for slot, saved_slot in zip(getattr(learner.optimizer, slots), saved_slots):
+    assert np.any(np.abs(saved_slot - 1) > 1e-3)
+    np.testing.assert_array_equal(slot.numpy(), saved_slot)
   variables = run.policy.agent.trainable_variables
   learner.optimizer.apply([tf.zeros_like(v) for v in variables], variables)
-  slots, decay = (('m', 0.9) if optimizer == 'adam' else ('ms', 0.99))
-  for i, slot in enumerate(getattr(learner.optimizer, slots)):
-    saved_slot = saved[f'optimizer/{slots}/{i}/.ATTRIBUTES/VARIABLE_VALUE']
-    assert np.any(np.abs(saved_slot - 1) > 1e-3)
+  for slot, saved_slot in zip(getattr(learner.optimizer, slots), saved_slots):
     np.testing.assert_allclose(slot.numpy(), decay * saved_slot, rtol=1e-6)
   if optimizer == 'adam':
     assert learner.optimizer.step.numpy() == 1 + saved[
@@ -125,7 +133,7 @@ def latest_run_state(logdir):
 
 
 def test_run_time_adds_up_over_resumes_without_the_downtime(tmp_path):
-  config = make_config(tmp_path)
+  config = make_config(tmp_path, backend='inline')
   first = run_loop.train(config, max_updates=2)
   run_time_1 = float(latest_run_state(tmp_path)['run_time_s'])
   assert 0 < run_time_1 <= first.wall_time_s
@@ -139,8 +147,8 @@ def test_run_time_adds_up_over_resumes_without_the_downtime(tmp_path):
 
 
 def test_logdir_of_another_network_is_rejected(tmp_path):
-  run_loop.train(make_config(tmp_path), max_updates=1)
-  other = make_config(tmp_path,
+  run_loop.train(make_config(tmp_path, backend='inline'), max_updates=1)
+  other = make_config(tmp_path, backend='inline',
                       agent_config=policy_lib.AgentConfig('mlp', 16))
   with pytest.raises(checkpoint_lib.CheckpointError, match='core_size'):
     run_loop.train(other, max_updates=1)
@@ -149,6 +157,7 @@ def test_logdir_of_another_network_is_rejected(tmp_path):
 def test_init_from_loads_only_the_part_asked_for(tmp_path):
   # A critic-pretraining run, then a new run that takes only its critic.
   pretrain = make_config(tmp_path / 'pretrain', num_replay=0, seed=1,
+                         backend='inline',
                          agent_config=policy_lib.AgentConfig('mlp', 8, True),
                          num_critic_pretrain_frames=10**6)
   run_loop.train(pretrain, max_updates=2)
@@ -180,7 +189,7 @@ def test_init_from_loads_only_the_part_asked_for(tmp_path):
 
 
 def test_evaluate_writes_the_summary_json(tmp_path):
-  config = make_config(tmp_path)
+  config = make_config(tmp_path, backend='inline')
   run_loop.train(config, max_updates=2)
   summary = run_loop.evaluate(config, num_episodes=5)
   assert not os.path.exists(os.path.join(str(tmp_path), 'test_results.json'))
