@@ -173,9 +173,12 @@ def run_case(name, logdir):
   frames_series = events['runtime/num_env_frames']
   first_update = events['runtime/first_update_s'].wall_times[0]
   end = frames_series.wall_times[-1]
-  returns = events[next(t for t in events if t.endswith('/return'))]
-  summary = plot.summarize_curve(returns, 100, threshold, start_time=launch)
-  seconds = summary.seconds_to_threshold
+  return_tags = [t for t in events if t.endswith('/return')]
+  summary = None  # No episode ended: a short case of a long game.
+  if return_tags:
+    summary = plot.summarize_curve(events[return_tags[0]], 100, threshold,
+                                   start_time=launch)
+  seconds = summary.seconds_to_threshold if summary else None
   cpu_at = None
   if seconds is not None:
     cpu_at = next((c for t, c in cpu_samples if t >= launch + seconds),
@@ -192,10 +195,10 @@ def run_case(name, logdir):
       'updates_per_s': rate(steps, first_update),
       'return_threshold': threshold,
       'time_to_threshold_s': seconds,
-      'frames_to_threshold': summary.frames_to_threshold,
+      'frames_to_threshold': summary.frames_to_threshold if summary else None,
       'cpu_time_to_threshold_s': cpu_at,
-      'final_100_episode_mean_return': summary.final_mean,
-      'episodes': summary.episodes,
+      'final_100_episode_mean_return': summary.final_mean if summary else None,
+      'episodes': summary.episodes if summary else 0,
       'peak_memory_process_tree_pss_mb': peak_pss / 1e6,
       'peak_memory_process_tree_rss_sum_mb': peak_rss / 1e6,
       'mean_policy_lag_updates': float(np.mean(lags)) if len(lags) else None,
