@@ -524,7 +524,7 @@ class ImpalaClearLearner(snt.Module):
     self._step_fn.get_concrete_function(signature)
     if critic:
       _create_slots(self.critic_optimizer,
-                  lambda: self.agent.critic_variables)
+                    lambda: self.agent.critic_variables)
       self._critic_step_fn.get_concrete_function(signature)
 
   # --- Shared pieces -------------------------------------------------------
