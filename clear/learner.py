@@ -433,8 +433,11 @@ def _all_finite(loss, grad_norm):
   return tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(grad_norm))
 
 
-def _create_slots(optimizer, variables_fn):
-  """Creates `optimizer`'s slots for `variables_fn()` now, once, eagerly.
+def _create_slots(optimizer, variables_fn, graph):
+  """Creates `optimizer`'s slots for `variables_fn()` before `graph` is traced.
+
+  Nothing to do (and no variable list to gather, on every update) once
+  `graph`, the `tf.function` that applies `optimizer`, has been traced.
 
   A `tf.function` that creates variables on its first call is traced
   twice; with the slots made before, each update graph is traced once.
@@ -444,6 +447,8 @@ def _create_slots(optimizer, variables_fn):
   its first call (Sonnet raises ValueError for its variables until then)
   leaves them to that first trace.
   """
+  if graph.experimental_get_tracing_count():
+    return
   try:
     variables = list(variables_fn())
   except ValueError:
@@ -499,7 +504,8 @@ class ImpalaClearLearner(snt.Module):
       counters, `skipped` when the update was dropped for non-finite
       numbers).
     """
-    _create_slots(self.optimizer, lambda: self.agent.trainable_variables)
+    _create_slots(self.optimizer, lambda: self.agent.trainable_variables,
+                  self._step_fn)
     return self._step_fn(batch)
 
   @snt.no_name_scope
@@ -508,8 +514,8 @@ class ImpalaClearLearner(snt.Module):
 
     Only `agent.critic_variables` change; the policy is left untouched.
     """
-    _create_slots(self.critic_optimizer,
-                  lambda: self.agent.critic_variables)
+    _create_slots(self.critic_optimizer, lambda: self.agent.critic_variables,
+                  self._critic_step_fn)
     return self._critic_step_fn(batch)
 
   @snt.no_name_scope
@@ -520,11 +526,12 @@ class ImpalaClearLearner(snt.Module):
       signature: nest of `tf.TensorSpec` of a batch (an `Unroll`).
       critic: also build `critic_step`'s graph.
     """
-    _create_slots(self.optimizer, lambda: self.agent.trainable_variables)
+    _create_slots(self.optimizer, lambda: self.agent.trainable_variables,
+                  self._step_fn)
     self._step_fn.get_concrete_function(signature)
     if critic:
       _create_slots(self.critic_optimizer,
-                    lambda: self.agent.critic_variables)
+                    lambda: self.agent.critic_variables, self._critic_step_fn)
       self._critic_step_fn.get_concrete_function(signature)
 
   # --- Shared pieces -------------------------------------------------------
