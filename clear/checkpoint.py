@@ -31,6 +31,9 @@ from typing import Dict, List, Optional
 import tensorflow as tf
 
 RUN_FILE = 'run.json'
+# run.json's key for the learner settings a run last ran with; not part of
+# the identity a resume must match.
+SETTINGS_KEY = 'settings'
 CHECKPOINT_NAME = 'ckpt'  # tf.train.CheckpointManager's file prefix.
 # Errors that reading a damaged checkpoint raises: TF's own, and IndexError
 # ("Read less bytes than requested") for a truncated data file.
@@ -73,15 +76,21 @@ def read_run_identity(location: str) -> Optional[Dict[str, object]]:
   return saved
 
 
-def check_run_identity(directory: str, identity: Dict[str, object]):
+def check_run_identity(directory: str, identity: Dict[str, object],
+                       settings: Optional[Dict[str, object]] = None):
   """Writes `identity` on a new run; on resume checks it did not change.
+
+  `settings` (learner settings a resume may change, such as the batch size)
+  go into run.json under SETTINGS_KEY, replaced on every start, so the file
+  holds the ones the run last ran with.
 
   Raises:
     CheckpointError: naming the fields that differ.
   """
   os.makedirs(directory, exist_ok=True)
   # Values JSON cannot hold (e.g. an injected env factory) compare by repr.
-  identity = json.loads(json.dumps(identity, default=repr, sort_keys=True))
+  identity, settings = json.loads(json.dumps((identity, settings),
+                                             default=repr, sort_keys=True))
   saved = read_run_identity(directory)
   if saved is not None:
     diffs = {k: (saved.get(k), v) for k, v in identity.items()
@@ -92,11 +101,17 @@ def check_run_identity(directory: str, identity: Dict[str, object]):
       raise CheckpointError(
           f'The logdir {directory} holds a run made with other settings '
           f'({described}). Use a new --logdir or the original flags.')
-    return
+    if settings is None or saved.get(SETTINGS_KEY) == settings:
+      return
+    record = {**saved, SETTINGS_KEY: settings}
+  elif settings is None:
+    record = identity
+  else:
+    record = {**identity, SETTINGS_KEY: settings}
   path = os.path.join(directory, RUN_FILE)
   tmp = path + '.tmp'
   with open(tmp, 'w') as f:
-    json.dump(identity, f, indent=2, sort_keys=True)
+    json.dump(record, f, indent=2, sort_keys=True)
   os.replace(tmp, path)
 
 

@@ -23,7 +23,7 @@ import logging
 import os
 import shutil
 import time
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, Dict, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -167,6 +167,25 @@ def run_identity(config: RunConfig):
   return identity
 
 
+# Learner settings a run records in its run.json (see `run_settings`).
+# Each is a RunConfig field or one of its learner config's.
+RECORDED_SETTINGS = ('batch_size', 'total_environment_frames',
+                     'learning_rate', 'optimizer', 'reward_scaling',
+                     'envs_per_actor')
+
+
+def run_settings(config: RunConfig) -> Dict[str, object]:
+  """The settings of `config` that a resume may change (the batch size, the
+  schedule, ...): run.json records the ones a run last ran with, and
+  `clear.train` keeps them when a resume leaves their flags unset."""
+  settings = {}
+  for name in RECORDED_SETTINGS:
+    holder = config if name in RunConfig._fields else config.learner_config
+    if hasattr(holder, name):  # The ports' configs lack some.
+      settings[name] = getattr(holder, name)
+  return settings
+
+
 def task_schedule(config: RunConfig) -> Optional[continual.TaskSchedule]:
   """The schedule of a task-sequence run, None for a single env.
 
@@ -217,7 +236,8 @@ class _Run:
     self.num_replay = lc.num_replay
     self.num_fresh = lc.batch_size - lc.num_replay
     spec = env_spec(config)
-    checkpoint_lib.check_run_identity(config.logdir, run_identity(config))
+    checkpoint_lib.check_run_identity(config.logdir, run_identity(config),
+                                      run_settings(config))
     self.policy = algorithms.make_policy(config.algorithm, spec,
                                          config.agent_config, lc,
                                          seed=config.seed)

@@ -83,8 +83,8 @@ flags.DEFINE_integer('seed', 0, 'Base random seed.')
 flags.DEFINE_integer('total_environment_frames', None,
                      'Environment frames to train for, replay excluded; the '
                      'learning rate decays to 0 over them (default per env '
-                     'family: 400k for gym, 5M for MinAtar, 40M for Atari '
-                     'and SC2).')
+                     'family: 400k for gym, 5M for MinAtar, 40M for SC2 '
+                     'and 80M for Atari).')
 
 FLAG_GROUPS.heading('Actors')
 flags.DEFINE_enum('backend', 'local', ['local', 'inline', 'ray'],
@@ -157,7 +157,8 @@ flags.DEFINE_enum('torso_norm', None, list(agents_lib.TORSO_NORMS),
 FLAG_GROUPS.heading('Learner')
 flags.DEFINE_integer('batch_size', None,
                      'Unrolls per learner batch (default: per env family, '
-                     '32 for each today; see FAMILY_DEFAULTS).')
+                     '64 for Atari and 32 for the others; see '
+                     'FAMILY_DEFAULTS).')
 flags.DEFINE_float('learning_rate', None,
                    'Learning rate at the start (after any '
                    '--learning_rate_warmup_frames), decayed linearly to 0 '
@@ -389,15 +390,18 @@ class FamilyDefaults(NamedTuple):
 # baseline error would swamp the policy gradient; scaling by 0.1 fixes that.
 # atari: IMPALA's Atari settings (RMSProp, decay 0.99) but with epsilon 1e-5
 # (--rmsprop_epsilon; IMPALA's 0.01 reached +18 on Pong at 25M frames, 1e-5
-# at 15M: see the README); 40M frames let the recurrent agent learn Pong,
-# where 400k would decay the learning rate to 0 before anything is learned.
-# The rate is 1e-3 with the torso's linear layer layer-normalised
-# (--torso_norm): one rate of 1e-3 without the norm learned Pong sooner on
-# seed 0 but killed that layer's ReLU units on seed 1, as did 8e-4; with the
-# norm both seeds reached +18 sooner than 6e-4 without it (8.1M and 12.2M
-# frames against 15.2M and 14.4M; the README's Pong results).
-# Batches of 32 unrolls everywhere: 16 on Atari learned Pong sooner on one
-# seed and not at all in 10M frames on another (the README's Pong results).
+# at 15M: see the README); 400k frames would decay the learning rate to 0
+# before anything is learned. The rate is 1e-3 with the torso's linear layer
+# layer-normalised (--torso_norm): one rate of 1e-3 without the norm learned
+# Pong sooner on seed 0 but killed that layer's ReLU units on seed 1, as did
+# 8e-4; with the norm both seeds reached +18 sooner than 6e-4 without it
+# (8.1M and 12.2M frames against 15.2M and 14.4M; the README's Pong
+# results). Atari batches hold 64 unrolls, decayed over 80M frames: batches
+# of 32 plateaued at +20.0 on 40M frames, and on 80M frames killed the
+# torso's convolutions on one seed of two; with 64 both seeds reached +18 by
+# 12M frames and settled above +20. Batches of 32 for the other families;
+# 16 on Atari learned Pong sooner on one seed and not at all in 10M frames
+# on another (the README's Pong results).
 # minatar: MinAtar's network (an LSTM of 128 after its 128-unit layer) and
 # its 5M-frame budget. MinAtar's own actor-critic updates on every single
 # transition with bias-corrected RMSProp (decay 0.999) at 2^-11 = 4.9e-4,
@@ -414,8 +418,8 @@ FAMILY_DEFAULTS = {
     'atari': FamilyDefaults(step_mul=4, learning_rate=1e-3,
                             reward_scaling=1.0, core_size=256,
                             envs_per_actor=32, optimizer='rmsprop',
-                            total_environment_frames=40_000_000,
-                            batch_size=32, torso_norm='layer_norm'),
+                            total_environment_frames=80_000_000,
+                            batch_size=64, torso_norm='layer_norm'),
     'sc2': FamilyDefaults(step_mul=8, learning_rate=3e-4, reward_scaling=1.0,
                           core_size=256, envs_per_actor=1, optimizer='adam',
                           total_environment_frames=40_000_000,
@@ -801,6 +805,45 @@ def adopt_run_settings(f, saved: dict, source: str) -> RunSettings:
   return RunSettings(source, env_name, env_options, changed)
 
 
+def keep_run_settings(f) -> None:
+  """Training in a logdir that holds a run: each IMPALA flag left unset that
+  defaults per env family (batch size, schedule, learning rate, ...) takes
+  the value the run last ran with, from its run.json, so a change of the
+  family defaults does not change a run in progress. A run.json written
+  before runs recorded them gets a warning naming the values used now."""
+  if f.mode != 'train' or f.algorithm != 'impala':
+    return
+  saved = checkpoint_lib.read_run_identity(f.logdir)
+  if saved is None or saved.get('env', f.env) != f.env:
+    return  # A new run, or another env: refused with the identity check.
+  unset = [name for name in run_loop.RECORDED_SETTINGS
+           if not f[name].present and not (
+               name == 'total_environment_frames' and ',' in f.env)]
+  path = os.path.join(f.logdir, checkpoint_lib.RUN_FILE)
+  recorded = saved.get(checkpoint_lib.SETTINGS_KEY)
+  if recorded is None:
+    if unset:
+      earlier = (' (the Atari defaults before 2026-11-28 were '
+                 'batch_size=32 and total_environment_frames=40000000)'
+                 if env_family(f.env) == 'atari' else '')
+      logging.warning(
+          '%s predates recorded learner settings: this run continues with '
+          '%s. If it was started with other values%s, stop it and give '
+          'them as flags.', path, ', '.join(
+              f'{name}={family_default(f, name)!r}' for name in unset),
+          earlier)
+    return
+  kept = []
+  for name in unset:
+    if name in recorded and recorded[name] != family_default(f, name):
+      kept.append(f'{name}={recorded[name]!r} (default '
+                  f'{family_default(f, name)!r})')
+      setattr(f, name, recorded[name])
+  if kept:
+    logging.info('Resuming with the settings %s records: %s. Give the '
+                 'flags to change them.', path, ', '.join(kept))
+
+
 def read_run_settings(f) -> Optional[RunSettings]:
   """Applies the run.json `settings_source` names, if any (see
   `adopt_run_settings`).
@@ -967,6 +1010,7 @@ def _main(argv) -> int:
                          '(flags start with --).')
   settings = read_run_settings(FLAGS)
   validate(FLAGS)
+  keep_run_settings(FLAGS)
   config = config_from_flags(FLAGS)
   if settings is not None:
     # Options run.json holds that no flag sets stay as they were.

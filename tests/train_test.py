@@ -202,15 +202,16 @@ def test_validate_accepts_the_defaults_and_fills_family_defaults():
     train.validate(flags.FLAGS)
     config = train.config_from_flags(flags.FLAGS)
   assert config.learner_config.step_mul == 4
-  assert config.learner_config.batch_size == 32
-  assert config.learner_config.num_replay == 16
+  # Batches of 64 on an 80M schedule: both Pong seeds settled above +20.
+  assert config.learner_config.batch_size == 64
+  assert config.learner_config.num_replay == 32
   assert config.learner_config.learning_rate == 1e-3
   assert config.learner_config.optimizer == 'rmsprop'
   assert config.agent_config.core_size == 256
   # 1e-3 kills the torso's linear layer on some seeds without its norm.
   assert config.agent_config.torso_norm == 'layer_norm'
   # Long enough to learn a game; the learning rate decays over it.
-  assert config.learner_config.total_environment_frames == 40_000_000
+  assert config.learner_config.total_environment_frames == 80_000_000
   with flagsaver.flagsaver():
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--env=gym:CartPole-v1'])
@@ -350,7 +351,13 @@ def test_init_from_takes_the_env_and_network_of_its_source(cartpole_v0_run,
   with open(os.path.join(cartpole_v0_run, 'run.json')) as f:
     source = json.load(f)
   with open(os.path.join(logdir, 'run.json')) as f:
-    assert json.load(f) == source
+    made = json.load(f)
+  # The same env and network; the learner settings are the new run's own.
+  settings = made.pop('settings')
+  source.pop('settings')
+  assert made == source
+  assert (settings['batch_size'], settings['total_environment_frames'],
+          settings['envs_per_actor']) == (4, 200, 4)
   # A network flag that contradicts the source is refused by name.
   with flagsaver.flagsaver():
     flags.FLAGS.unparse_flags()
@@ -384,6 +391,76 @@ def test_run_settings_fill_the_flags_left_unset():
                                         'step_mul': 1}
   assert (settings.env_name, settings.env_options) == (
       'gym:CartPole-v0', saved['env_options'])
+
+
+def _atari_config(*args):
+  with flagsaver.flagsaver():
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--env=atari:Pong', *args])
+    train.validate(flags.FLAGS)
+    train.keep_run_settings(flags.FLAGS)
+    return train.config_from_flags(flags.FLAGS)
+
+
+def test_a_resume_keeps_the_settings_its_run_json_records(tmp_path, caplog,
+                                                         monkeypatch):
+  logdir = str(tmp_path / 'run')
+  # A run started with the Atari defaults of before 2026-11-28.
+  old = _atari_config(f'--logdir={logdir}', '--batch_size=32',
+                      '--total_environment_frames=40000000')
+  train.checkpoint_lib.check_run_identity(
+      logdir, run_loop.run_identity(old), run_loop.run_settings(old))
+  with open(os.path.join(logdir, 'run.json')) as f:
+    recorded = json.load(f)['settings']
+  assert recorded == {'batch_size': 32,
+                      'total_environment_frames': 40_000_000,
+                      'learning_rate': 1e-3, 'optimizer': 'rmsprop',
+                      'reward_scaling': 1.0, 'envs_per_actor': 32}
+  # Its command without the flags resumes it unchanged...
+  # Parsing the flags sets absl's logger to WARNING: catch its INFO here.
+  infos = []
+  with monkeypatch.context() as patch:
+    patch.setattr(train.logging, 'info',
+                  lambda message, *args: infos.append(message % args))
+    resumed = _atari_config(f'--logdir={logdir}')
+  assert resumed.learner_config.batch_size == 32
+  assert resumed.learner_config.num_replay == 16
+  assert resumed.learner_config.total_environment_frames == 40_000_000
+  assert len(infos) == 1
+  assert 'batch_size=32 (default 64)' in infos[0]
+  assert 'total_environment_frames=40000000 (default 80000000)' in infos[0]
+  assert 'learning_rate' not in infos[0]  # The same as today's default.
+  # ... while a flag given changes it, and run.json then records that.
+  longer = _atari_config(f'--logdir={logdir}',
+                         '--total_environment_frames=60000000')
+  assert longer.learner_config.total_environment_frames == 60_000_000
+  assert longer.learner_config.batch_size == 32
+  train.checkpoint_lib.check_run_identity(
+      logdir, run_loop.run_identity(longer), run_loop.run_settings(longer))
+  again = _atari_config(f'--logdir={logdir}')
+  assert again.learner_config.total_environment_frames == 60_000_000
+  with open(os.path.join(logdir, 'run.json')) as f:
+    saved = json.load(f)
+  assert saved['settings']['total_environment_frames'] == 60_000_000
+  assert saved['core_size'] == 256  # The identity is kept as it was.
+  # A new logdir takes today's defaults.
+  fresh = _atari_config(f'--logdir={tmp_path / "new"}')
+  assert fresh.learner_config.batch_size == 64
+  # A run.json from before runs recorded their settings: today's defaults,
+  # with a warning that names them.
+  older = str(tmp_path / 'older')
+  train.checkpoint_lib.check_run_identity(older, run_loop.run_identity(old))
+  caplog.clear()
+  with caplog.at_level('WARNING'):
+    legacy = _atari_config(f'--logdir={older}', '--batch_size=32')
+  assert legacy.learner_config.batch_size == 32
+  assert legacy.learner_config.total_environment_frames == 80_000_000
+  warnings = [r.getMessage() for r in caplog.records
+              if r.levelname == 'WARNING']
+  assert len(warnings) == 1
+  assert 'total_environment_frames=80000000' in warnings[0]
+  assert 'batch_size=' not in warnings[0].split('continues with')[1].split(
+      '. If')[0]
 
 
 def test_core_options_reach_the_agent_and_run_json(tmp_path):
