@@ -103,11 +103,9 @@ def check_run_identity(directory: str, identity: Dict[str, object],
           f'({described}). Use a new --logdir or the original flags.')
     if settings is None or saved.get(SETTINGS_KEY) == settings:
       return
-    record = {**saved, SETTINGS_KEY: settings}
-  elif settings is None:
-    record = identity
-  else:
-    record = {**identity, SETTINGS_KEY: settings}
+    identity = saved  # Keeps what the run recorded beside its identity.
+  record = (identity if settings is None
+            else {**identity, SETTINGS_KEY: settings})
   path = os.path.join(directory, RUN_FILE)
   tmp = path + '.tmp'
   with open(tmp, 'w') as f:
