@@ -810,8 +810,11 @@ def keep_run_settings(f) -> None:
   defaults per env family (batch size, schedule, learning rate, ...) takes
   the value the run last ran with, from its run.json, so a change of the
   family defaults does not change a run in progress. A run.json written
-  before runs recorded them gets a warning naming the values used now."""
-  if f.mode != 'train' or f.algorithm != 'impala':
+  before runs recorded them gets a warning naming the values used now.
+  Call it before `validate`, so that the values kept are checked against
+  the flags given."""
+  if (f.mode != 'train' or f.algorithm != 'impala' or
+      env_family(f.env) not in FAMILY_DEFAULTS):  # validate names it.
     return
   saved = checkpoint_lib.read_run_identity(f.logdir)
   if saved is None or saved.get('env', f.env) != f.env:
@@ -1009,8 +1012,8 @@ def _main(argv) -> int:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])} '
                          '(flags start with --).')
   settings = read_run_settings(FLAGS)
+  keep_run_settings(FLAGS)  # Before validate, which then checks what it kept.
   validate(FLAGS)
-  keep_run_settings(FLAGS)
   config = config_from_flags(FLAGS)
   if settings is not None:
     # Options run.json holds that no flag sets stay as they were.

@@ -397,8 +397,8 @@ def _atari_config(*args):
   with flagsaver.flagsaver():
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--env=atari:Pong', *args])
-    train.validate(flags.FLAGS)
     train.keep_run_settings(flags.FLAGS)
+    train.validate(flags.FLAGS)
     return train.config_from_flags(flags.FLAGS)
 
 
@@ -461,6 +461,24 @@ def test_a_resume_keeps_the_settings_its_run_json_records(tmp_path, caplog,
   assert 'total_environment_frames=80000000' in warnings[0]
   assert 'batch_size=' not in warnings[0].split('continues with')[1].split(
       '. If')[0]
+
+
+def test_a_kept_setting_is_validated_against_the_flags_given(tmp_path):
+  # run.json records a 40M-frame schedule; a resume that leaves the schedule
+  # to it but asks for 50M frames of critic pretraining is refused at once,
+  # naming the kept schedule (Atari's default, 80M, would have allowed it).
+  logdir = str(tmp_path / 'run')
+  old = _atari_config(f'--logdir={logdir}',
+                      '--total_environment_frames=40000000')
+  train.checkpoint_lib.check_run_identity(
+      logdir, run_loop.run_identity(old), run_loop.run_settings(old))
+  result = run_binary('--env=atari:Pong', f'--logdir={logdir}',
+                      '--num_critic_pretrain_frames=50000000', timeout=120)
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert ('--num_critic_pretrain_frames (50,000,000) exceeds '
+          '--total_environment_frames (40,000,000)') in result.stderr
+  assert 'Traceback' not in result.stderr
+  assert not train.checkpoint_lib.find_checkpoints(logdir)
 
 
 def test_core_options_reach_the_agent_and_run_json(tmp_path):
