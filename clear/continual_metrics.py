@@ -16,12 +16,14 @@ history); T is task i's last evaluation. e(b) is the evaluation nearest
 frame b (the earlier one on a tie): a run evaluates every task at each
 segment switch, a batch's worth of frames after the boundary, so e(k D) is
 the evaluation at the start of segment k and e((k + 1) D) the one at its
-end. f_i is task i's first segment and t_i the end of its last one (T when
-the run stopped before); t_i* = e(t_i). A segment counts as *reached* when
-the run has an evaluation at or after its end.
+end. f_i is task i's first segment, t_i the frame at which its last
+segment ends, and t_i* = e(t_i) (so T when the run stopped before t_i).
+A segment counts as *reached* when the run has an evaluation at or after
+its end; a task's next segment, when the run has not reached its start,
+counts as T.
 
 Per task (`per_task[i]`, and in `average_*` the mean over tasks)
----------------------------------------------------------------------
+----------------------------------------------------------------
 final_return            p_i(T).
 best_return             max_t p_i(t), at `best_frames`.
 end_of_training_return  p_i(t_i*), at `end_of_training_frames`.
