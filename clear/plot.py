@@ -15,13 +15,22 @@ the task sequence are drawn: in a task's panel its training segments are
 shaded, and every panel marks the boundaries (from the first run that has
 the file).
 
-With `--baselines=path.json` (`clear.continual.read_baselines`: per task a
-random and a single-task return and the single-task curve) each task's
-panel marks those two returns, a summary panel draws each run's mean
-normalised evaluation return, and `--metrics_out=path.json` writes every
-sequence run's continual-learning metrics (`clear.continual.
-forgetting_metrics`, from its evaluations) normalised, with forward
-transfer against the single-task curves.
+With `--baselines=path.json` (`clear.continual_metrics.read_baselines`:
+per task a random and a single-task return and the single-task curve)
+each task's panel marks those two returns, a summary panel draws each
+run's mean normalised evaluation return, and `--metrics_out=path.json`
+writes every sequence run's continual-learning metrics (`clear.
+continual_metrics.forgetting_metrics`, from its evaluations) normalised,
+with forward transfer against the single-task curves.
+
+Seeds of a method (`clear.seed_stats`): with runs labelled
+`<method>_s<seed>` (`clear_s0`, `impala_s1`), `--group_seeds` draws one
+line per method, the mean over its seeds (aligned on the evaluation
+frames) with the 95% Student t interval shaded, in every task panel and the
+normalised summary panel. `--table_out=table.md` (and `--table_json`)
+writes per method the mean and 95% interval over seeds of the final
+return, forgetting per visit, CORA's isolated forgetting and zero-shot
+transfer and the area under the curve (normalised with `--baselines`).
 
 A run whose event files are gone can still be drawn from a summary JSON
 that `--summary_out` wrote (`--reference=path.json`, or
@@ -33,40 +42,35 @@ end, as a dashed line with markers in the training panel.
 the start of long runs (or references) can be compared with short ones; the
 summaries still cover everything.
 
-Event files are read from the local logdir and its subfolders with
-TensorBoard's protos, without TensorFlow. A resumed run's points that a
-later restart went back over are dropped, as TensorBoard does.
+Event files are read from the local logdir and its subfolders without
+TensorFlow (`clear.events`).
 Needs matplotlib: `pip install "clear-rl[plot]"`.
 """
 
-import glob
 import json
 import math
 import os
-import re
-import struct
 import sys
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from absl import app
 from absl import flags
 import numpy as np
-from tensorboard.compat.proto import event_pb2
-from tensorboard.util import tensor_util
 
 from clear import continual
+from clear import continual_metrics as metrics_lib
+from clear import events
+from clear import seed_stats
+
+# Event reading lives in clear.events; these names stay clear.plot's too.
+Series = events.Series
+event_files = events.event_files
+read_scalars = events.read_scalars
+curves = events.curves
 
 RUN_TIME_TAG = 'runtime/run_time_s'
 INSTALL_HINT = ('clear.plot needs matplotlib: pip install "clear-rl[plot]" '
                 '(or pip install matplotlib).')
-
-
-class Series(NamedTuple):
-  """One scalar tag: int64 `[N]` steps (env frames), float64 `[N]` values
-  and float64 `[N]` wall times (seconds since the epoch), ordered by step."""
-  steps: np.ndarray
-  values: np.ndarray
-  wall_times: np.ndarray
 
 
 class Run(NamedTuple):
@@ -146,101 +150,6 @@ def load_references(spec: str) -> List[Reference]:
     raise ValueError(f'--reference={spec}: {path} holds no trailing means '
                      'to draw.')
   return references
-
-
-def _records(path: str):
-  """The records of a TFRecord file; stops at a truncated last record (a
-  file still being written)."""
-  with open(path, 'rb') as f:
-    while True:
-      header = f.read(12)  # uint64 length, uint32 masked CRC of it.
-      if len(header) < 12:
-        return
-      length, = struct.unpack('<Q', header[:8])
-      data = f.read(length)
-      if len(data) < length or len(f.read(4)) < 4:  # Then the data's CRC.
-        return
-      yield data
-
-
-def _scalar(value) -> Optional[float]:
-  """The number in a summary value (TF1 simple_value or TF2 tensor)."""
-  if value.HasField('simple_value'):
-    return float(value.simple_value)
-  if value.HasField('tensor'):
-    array = tensor_util.make_ndarray(value.tensor)
-    if array.size == 1 and array.dtype.kind in 'biuf':
-      return float(array.reshape(()))
-  return None
-
-
-def event_files(logdir: str) -> List[str]:
-  """The event files under `logdir` (recursively), sorted.
-
-  Raises:
-    ValueError: `logdir` does not exist.
-  """
-  if not os.path.isdir(logdir):
-    raise ValueError(f'--logdir {logdir!r} does not exist or is not a '
-                     f'folder.')
-  return sorted(glob.glob(os.path.join(logdir, '**', 'events.out.tfevents*'),
-                          recursive=True))
-
-
-def read_scalars(logdir: str) -> Dict[str, Series]:
-  """Every scalar tag in the event files under `logdir`.
-
-  Points are taken in wall-time order; a point whose step is below the
-  previous one (a run resumed from an earlier checkpoint) drops the
-  earlier points of the tag at that step or later.
-
-  Raises:
-    ValueError: `logdir` is missing or holds no event files.
-  """
-  files = event_files(logdir)
-  if not files:
-    raise ValueError(f'No TensorBoard event files (events.out.tfevents*) '
-                     f'under {logdir!r}.')
-  points = {}  # tag -> [(wall_time, step, value)]
-  for path in files:
-    for record in _records(path):
-      event = event_pb2.Event.FromString(record)
-      if not event.HasField('summary'):
-        continue
-      for value in event.summary.value:
-        number = _scalar(value)
-        if number is not None:
-          points.setdefault(value.tag, []).append(
-              (event.wall_time, event.step, number))
-  scalars = {}
-  for tag, tag_points in points.items():
-    tag_points.sort(key=lambda p: p[0])
-    kept = []
-    for wall_time, step, number in tag_points:
-      if kept and step < kept[-1][0]:
-        kept = [p for p in kept if p[0] < step]
-      kept.append((step, number, wall_time))
-    kept.sort(key=lambda p: p[0])
-    scalars[tag] = Series(np.array([p[0] for p in kept], np.int64),
-                          np.array([p[1] for p in kept], np.float64),
-                          np.array([p[2] for p in kept], np.float64))
-  return scalars
-
-
-def curves(scalars: Dict[str, Series], prefix: str,
-           suffix: str = '/return') -> Dict[str, Series]:
-  """The tags `<prefix><name><suffix>`, keyed by name.
-
-  E.g. `curves(scalars, 'eval/')` maps 'atari:Pong' to the series of
-  'eval/atari:Pong/return'.
-  """
-  pattern = re.compile(re.escape(prefix) + '(.+)' + re.escape(suffix) + '$')
-  found = {}
-  for tag, series in scalars.items():
-    match = pattern.match(tag)
-    if match:
-      found[match.group(1)] = series
-  return found
 
 
 def load_run(logdir: str, label: Optional[str] = None,
@@ -419,9 +328,9 @@ def normalized_mean_curve(run: Run, normalization) -> Series:
 
 
 def continual_metrics(runs: Sequence[Run],
-                      baselines: Optional[continual.Baselines] = None
+                      baselines: Optional[metrics_lib.Baselines] = None
                       ) -> Dict[str, dict]:
-  """label -> `continual.forgetting_metrics` of each run with a task
+  """label -> `continual_metrics.forgetting_metrics` of each run with a task
   schedule (`tasks.json`) and evaluations, normalised and with forward
   transfer when `baselines` are given.
 
@@ -432,7 +341,7 @@ def continual_metrics(runs: Sequence[Run],
   for run in runs:
     if run.schedule is None or not run.eval_curves:
       continue
-    metrics[run.label] = continual.forgetting_metrics(
+    metrics[run.label] = metrics_lib.forgetting_metrics(
         eval_history(run), run.schedule,
         reference=baselines.reference if baselines else None,
         normalization=baselines.normalization if baselines else None)
@@ -479,9 +388,10 @@ def up_to(steps: np.ndarray, values: np.ndarray,
 def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
               dpi: int = 100,
               references: Sequence[Reference] = (),
-              baselines: Optional[continual.Baselines] = None,
+              baselines: Optional[metrics_lib.Baselines] = None,
               training_panel: bool = True,
-              max_frames: Optional[int] = None) -> str:
+              max_frames: Optional[int] = None,
+              group_seeds: bool = False) -> str:
   """Draws `runs` (and `references`, in the training panel) into the PNG
   `out` (see the module docstring). With `baselines`, each task's panel
   marks its single-task (high) and random (low) returns, and a summary
@@ -489,15 +399,28 @@ def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
   (`normalized_mean_curve`). `training_panel=False` leaves out the panel
   of training returns. `max_frames` keeps only the points at or below it
   (`up_to`; smoothing is applied before the cut, so the drawn part is the
-  same as in the whole figure).
+  same as in the whole figure). `group_seeds` draws, for the runs labelled
+  `<method>_s<seed>`, one line per method in the task and summary panels:
+  `seed_stats.mean_curve` of its seeds, the 95% interval shaded; in the
+  training panel each seed's curve takes its method's colour.
 
   Returns:
     `out`.
 
   Raises:
-    ValueError: no run has evaluation or training return curves.
+    ValueError: no run has evaluation or training return curves; with
+      `group_seeds`, a label not `<method>_s<seed>`.
     ImportError: matplotlib is missing (the message says how to install).
   """
+  groups = (seed_stats.group_labels([r.label for r in runs], '--group_seeds')
+            if group_seeds else None)
+  # Per run: its colour index and legend name (its method's, once).
+  color_of = list(range(len(runs)))
+  legend_of = [run.label for run in runs]
+  for g, members in enumerate((groups or {}).values()):
+    for k, i in enumerate(members):
+      color_of[i] = g
+      legend_of[i] = list(groups)[g] if k == 0 else None
   tasks = _task_order(runs)
   has_training = training_panel and (
       any(run.train_curves for run in runs) or bool(references))
@@ -533,8 +456,18 @@ def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
       elif name == panel:
         ax.axvspan(segment.start, segment.end, color='0.88', lw=0)
       ax.axvline(segment.start, color='0.6', lw=0.6, ls=':')
+    if panel == 'normalized' and groups:
+      for g, (method, members) in enumerate(groups.items()):
+        _draw_seed_mean(ax, [normalized_mean_curve(runs[i], normalization)
+                             for i in members],
+                        colors[g % len(colors)], method, max_frames)
+    elif panel != 'training' and groups:
+      for g, (method, members) in enumerate(groups.items()):
+        _draw_seed_mean(ax, [runs[i].eval_curves.get(panel)
+                             for i in members],
+                        colors[g % len(colors)], method, max_frames)
     if panel == 'normalized':
-      for i, run in enumerate(runs):
+      for i, run in enumerate(runs if not groups else ()):
         series = normalized_mean_curve(run, normalization)
         steps, values = up_to(series.steps, series.values, max_frames)
         if len(steps):
@@ -549,16 +482,18 @@ def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
       styles = ['-', '--', '-.', ':']
       for i, run in enumerate(runs):
         for j, (env, series) in enumerate(sorted(run.train_curves.items())):
-          color = colors[i % len(colors)]
-          label = run.label if len(run.train_curves) == 1 else (
-              f'{run.label}: {env}')
+          color = colors[color_of[i] % len(colors)]
+          label = legend_of[i] if (len(run.train_curves) == 1 or
+                                   legend_of[i] is None) else (
+                                       f'{legend_of[i]}: {env}')
           ax.plot(*up_to(series.steps, series.values, max_frames),
                   color=color, alpha=0.2, lw=0.5)
           ax.plot(*up_to(series.steps, smooth(series.values, smoothing),
                          max_frames),
                   color=color, ls=styles[j % len(styles)], lw=1.2,
                   label=label)
-      for i, reference in enumerate(references, start=len(runs)):
+      for i, reference in enumerate(references,
+                                    start=len(groups or runs)):
         ax.plot(*up_to(reference.steps, reference.means, max_frames),
                 color=colors[i % len(colors)], ls='--', marker='o', ms=3,
                 lw=1.0, label=f'{reference.label} (trailing means)')
@@ -567,7 +502,7 @@ def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
           any(len(r.train_curves) > 1 for r in runs)):
         ax.legend(fontsize=7)
     else:
-      for i, run in enumerate(runs):
+      for i, run in enumerate(runs if not groups else ()):
         series = run.eval_curves.get(panel)
         if series is not None:
           ax.plot(*up_to(series.steps, series.values, max_frames),
@@ -581,7 +516,7 @@ def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
       ax.set_ylabel('evaluation return', fontsize=8)
     ax.set_xlabel('env frames', fontsize=8)
     ax.tick_params(labelsize=7)
-  if tasks and len(runs) > 1:
+  if tasks and (len(runs) > 1 or groups):
     axes[0].legend(fontsize=7)
   for ax in axes[len(panels):]:
     ax.set_visible(False)
@@ -592,6 +527,24 @@ def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
   fig.savefig(out, dpi=dpi, format='png')
   plt.close(fig)
   return out
+
+
+def _draw_seed_mean(ax, curves: Sequence[Optional[Series]], color: str,
+                    method: str, max_frames: Optional[int]):
+  """Draws the mean of a method's seeds' `curves` (None or empty: that
+  seed has none) on `ax`, the 95% interval shaded."""
+  curves = [(c.steps, c.values) for c in curves
+            if c is not None and len(c.steps)]
+  if not curves:
+    return
+  mean = seed_stats.mean_curve(curves)
+  steps, values = up_to(mean.steps, mean.mean, max_frames)
+  seeds = f'{mean.num_seeds} seed{"s" if mean.num_seeds > 1 else ""}'
+  ax.plot(steps, values, color=color, lw=1.4, label=f'{method} ({seeds})')
+  if mean.num_seeds > 1:
+    half = mean.half_width[:len(steps)]
+    ax.fill_between(steps, values - half, values + half, color=color,
+                    alpha=0.2, lw=0)
 
 
 def load_runs(logdirs: Sequence[str],
@@ -661,16 +614,34 @@ def _define_flags():
       'path.json:label for one of its runs) whose trailing means are drawn '
       'beside the runs, for a run whose event files are gone; repeatable.')
   flags.DEFINE_string(
-      'baselines', '', 'A baselines JSON (clear.continual.read_baselines: '
+      'baselines', '', 'A baselines JSON (clear.continual_metrics.'
+      'read_baselines: '
       'per task a random and a single-task return, and the single-task '
       'curve): adds a panel of the mean normalised evaluation return, and '
       'normalises --metrics_out and gives it forward transfer.')
   flags.DEFINE_string(
       'metrics_out', '', 'Write the continual-learning metrics of every run '
       'with a tasks.json (forgetting, final and best returns, area under '
-      'the curve), computed from its evaluations, to this JSON.')
+      'the curve, CORA\'s isolated forgetting and zero-shot transfer; see '
+      'clear.continual_metrics), computed from its evaluations, to this '
+      'JSON.')
   flags.DEFINE_bool('training_panel', True,
                     'Draw the panel of training returns.')
+  flags.DEFINE_bool(
+      'group_seeds', False, 'Runs are labelled <method>_s<seed> (e.g. '
+      'clear_s0, from the logdir names or --labels): draw one line per '
+      'method, the mean over its seeds aligned on the evaluation frames, '
+      'with the 95% Student t interval shaded (task and normalised panels).')
+  flags.DEFINE_string(
+      'table_out', '', 'Write a Markdown table here: per method (runs '
+      'labelled <method>_s<seed>), the mean and 95% Student t interval over '
+      'seeds of the final return, forgetting per visit, CORA\'s isolated '
+      'forgetting and zero-shot transfer and the area under the curve '
+      '(normalised with --baselines), and the number of seeds.')
+  flags.DEFINE_string('table_json', '', 'Write the numbers of the '
+                      '--table_out table (means, interval half-widths and '
+                      'bounds, the seeds\' values) as JSON here (with or '
+                      'without --table_out).')
   flags.DEFINE_string('max_frames', '', 'Draw only the points at or below '
                       'this many env frames (e.g. 10e6; default: all).')
   flags.mark_flag_as_required('logdir')
@@ -699,11 +670,26 @@ def main(argv):
   try:
     runs = load_runs(f.logdir, f.labels, f.tag_prefix, f.train_tag_prefix)
     references = [r for spec in f.reference for r in load_references(spec)]
-    baselines = continual.read_baselines(f.baselines) if f.baselines else None
-    if f.metrics_out:
+    baselines = (metrics_lib.read_baselines(f.baselines)
+                 if f.baselines else None)
+    if f.group_seeds:  # Checked before anything is written.
+      seed_stats.group_labels([run.label for run in runs], '--group_seeds')
+    metrics = table = None
+    if f.metrics_out or f.table_out or f.table_json:
       metrics = continual_metrics(runs, baselines)
-      continual.write_metrics_json(f.metrics_out, metrics)
+    if f.table_out or f.table_json:
+      table = seed_stats.seed_table(
+          metrics, '--table_out' if f.table_out else '--table_json')
+    if f.metrics_out:
+      metrics_lib.write_metrics_json(f.metrics_out, metrics)
       print(f'Wrote {f.metrics_out}')
+    if f.table_json:
+      metrics_lib.write_metrics_json(f.table_json, table)
+      print(f'Wrote {f.table_json}')
+    if f.table_out:
+      seed_stats.write_text(f.table_out, seed_stats.table_markdown(table))
+      print(seed_stats.table_markdown(table))
+      print(f'Wrote {f.table_out}')
     if f.summary_out:
       summary = summarize(runs, f.window, f.threshold,
                           _frame_counts(f.at_frames))
@@ -714,7 +700,8 @@ def main(argv):
       max_frames = (_frame_counts([f.max_frames], '--max_frames')[0] if f.max_frames
                     else None)
       written = plot_runs(runs, f.out, f.smoothing, f.dpi, references,
-                          baselines, f.training_panel, max_frames)
+                          baselines, f.training_panel, max_frames,
+                          f.group_seeds)
       print(f'Wrote {written}')
   except (ValueError, ImportError) as e:
     sys.exit(f'clear.plot: {e}')

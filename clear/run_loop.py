@@ -34,6 +34,7 @@ from clear import actor_pool as pool_lib
 from clear import algorithms
 from clear import checkpoint as checkpoint_lib
 from clear import continual
+from clear import continual_metrics
 from clear import devices
 from clear import learner as learner_lib
 from clear import policy as policy_lib
@@ -617,9 +618,10 @@ class _Evaluation:
     self._evaluator.close()
     if run.schedule is None or not len(run.eval_history):
       return
-    metrics = continual.forgetting_metrics(run.eval_history, run.schedule)
+    metrics = continual_metrics.forgetting_metrics(run.eval_history,
+                                                   run.schedule)
     path = os.path.join(run.config.logdir, 'continual_metrics.json')
-    continual.write_metrics_json(path, metrics)
+    continual_metrics.write_metrics_json(path, metrics)
     logging.info('Continual-learning metrics written to %s.', path)
 
 

@@ -11,7 +11,9 @@ import pytest
 import tensorflow as tf
 
 from clear import continual
+from clear import continual_metrics
 from clear import plot
+from clear import seed_stats
 
 TASKS = ['gym:CartPole-v1', 'gym:Acrobot-v1']
 SEQUENCE = ','.join(TASKS)
@@ -110,7 +112,7 @@ def test_eval_history_and_normalised_curve_from_event_files(runs):
 def test_continual_metrics_from_event_files(runs):
   logdirs, expected = runs
   loaded = plot.load_runs(logdirs, ['a', 'b'])
-  baselines = continual.Baselines(
+  baselines = continual_metrics.Baselines(
       {TASKS[0]: (0.0, 40.0), TASKS[1]: (-100.0, -96.0)},
       {TASKS[0]: [(0, 0.0), (100, 20.0)]})
   metrics = plot.continual_metrics(loaded, baselines)
@@ -119,7 +121,7 @@ def test_continual_metrics_from_event_files(runs):
   history = continual.EvalHistory()
   for i, frames in enumerate(expected[0][TASKS[0]][0]):
     history.append(frames, {task: expected[0][task][1][i] for task in TASKS})
-  assert metrics['a'] == continual.forgetting_metrics(
+  assert metrics['a'] == continual_metrics.forgetting_metrics(
       history, continual.TaskSchedule(TASKS, 100), baselines.reference,
       baselines.normalization)
   # CartPole's normalised returns 0, .25, .5 over its segment [0, 100]
@@ -132,7 +134,7 @@ def test_continual_metrics_from_event_files(runs):
 def test_render_with_baselines_adds_the_summary_panel(runs, tmp_path):
   logdirs, _ = runs
   loaded = plot.load_runs(logdirs)
-  baselines = continual.Baselines(
+  baselines = continual_metrics.Baselines(
       {TASKS[0]: (0.0, 40.0), TASKS[1]: (-100.0, -96.0)}, {})
   out = str(tmp_path / 'summary.png')
   plot.plot_runs(loaded, out, baselines=baselines)
@@ -352,8 +354,8 @@ def test_command_line(runs, tmp_path):
         '100': pytest.approx(np.mean(returns[1:5])), '300': None}
   # Metrics and the summary panel with a baselines file.
   baselines_path = str(tmp_path / 'baselines.json')
-  continual.write_json(baselines_path, continual.baselines_json(
-      continual.Baselines({TASKS[0]: (0.0, 40.0)}, {})))
+  continual.write_json(baselines_path, continual_metrics.baselines_json(
+      continual_metrics.Baselines({TASKS[0]: (0.0, 40.0)}, {})))
   metrics_path = str(tmp_path / 'metrics.json')
   result = subprocess.run(command + [f'--baselines={baselines_path}',
                                      f'--metrics_out={metrics_path}',
@@ -381,3 +383,151 @@ def test_command_line(runs, tmp_path):
                           timeout=120)
   assert result.returncode == 1
   assert f"--logdir '{missing}' does not exist" in result.stderr
+
+
+# --- Seeds of a method --------------------------------------------------------
+
+SEEDS = {'clear_s0': 0.0, 'clear_s1': 2.0, 'impala_s0': 5.0}
+NORMALIZATION = {TASKS[0]: (0.0, 40.0), TASKS[1]: (-100.0, -96.0)}
+
+
+@pytest.fixture(scope='module')
+def seed_runs(tmp_path_factory):
+  """Three sequence runs named <method>_s<seed>: CartPole's evaluation
+  return 10 i + offset and Acrobot's i - 100 + offset at frames 50 i."""
+  root = tmp_path_factory.mktemp('seeds')
+  logdirs = []
+  for label, offset in SEEDS.items():
+    logdirs.append(str(root / label))
+    _write_run(logdirs[-1], offset, True)
+  return logdirs
+
+
+def test_group_seeds_draws_the_mean_and_interval(seed_runs, tmp_path,
+                                                 monkeypatch):
+  import matplotlib.axes  # pylint: disable=g-import-not-at-top
+  lines, bands = [], []
+  real_plot, real_fill = (matplotlib.axes.Axes.plot,
+                          matplotlib.axes.Axes.fill_between)
+  def recording_plot(ax, x, y, *args, **kwargs):
+    lines.append((ax, kwargs.get('label'), np.asarray(x), np.asarray(y)))
+    return real_plot(ax, x, y, *args, **kwargs)
+  def recording_fill(ax, x, low, high, **kwargs):
+    bands.append((ax, np.asarray(x), np.asarray(low), np.asarray(high)))
+    return real_fill(ax, x, low, high, **kwargs)
+  monkeypatch.setattr(matplotlib.axes.Axes, 'plot', recording_plot)
+  monkeypatch.setattr(matplotlib.axes.Axes, 'fill_between', recording_fill)
+  loaded = plot.load_runs(seed_runs)
+  out = plot.plot_runs(loaded, str(tmp_path / 'seeds.png'),
+                       baselines=continual_metrics.Baselines(NORMALIZATION,
+                                                             {}),
+                       training_panel=False, group_seeds=True)
+  assert _png_size(out) == (420 * 3, 300)
+  by_title = {}
+  for ax, label, x, y in lines:
+    if label is not None and not label.startswith('_'):
+      by_title.setdefault(ax.get_title(), {})[label] = (x, y)
+  cartpole = by_title[TASKS[0]]
+  # One line per method, no line per run.
+  assert sorted(cartpole) == ['clear (2 seeds)', 'impala (1 seed)']
+  i = np.arange(5)
+  np.testing.assert_array_equal(cartpole['clear (2 seeds)'][0], 50 * i)
+  # The mean of offsets 0 and 2, and impala's own curve.
+  np.testing.assert_allclose(cartpole['clear (2 seeds)'][1], 10.0 * i + 1)
+  np.testing.assert_allclose(cartpole['impala (1 seed)'][1], 10.0 * i + 5)
+  np.testing.assert_allclose(by_title[TASKS[1]]['clear (2 seeds)'][1],
+                             i - 99.0)
+  # The normalised panel: ((10 i + o) / 40 + (i + o) / 4) / 2 averaged
+  # over o = 0, 2.
+  normalized = next(v for t, v in by_title.items() if 'normalised' in t)
+  np.testing.assert_allclose(normalized['clear (2 seeds)'][1],
+                             ((10 * i + 1) / 40 + (i + 1) / 4) / 2)
+  # Shaded: clear only (impala has one seed), in the three panels; the
+  # seeds differ by 2 everywhere: s = sqrt(2), half-width
+  # t_{.975, 1} sqrt(2) / sqrt(2) = 12.706 returns.
+  assert len(bands) == 3
+  ax, x, low, high = bands[0]
+  assert ax.get_title() == TASKS[0]
+  np.testing.assert_allclose(high - low, 2 * 12.7062, atol=1e-3)
+  np.testing.assert_allclose((high + low) / 2, 10.0 * i + 1)
+  # Without the flag: one line per run, as before.
+  lines.clear()
+  plot.plot_runs(loaded, str(tmp_path / 'runs.png'), training_panel=False)
+  labels = {label for ax, label, _, _ in lines
+            if ax.get_title() == TASKS[0]}
+  assert labels == set(SEEDS)
+
+
+def test_group_seeds_table_and_metrics_on_the_command_line(seed_runs,
+                                                            tmp_path):
+  baselines = str(tmp_path / 'baselines.json')
+  continual.write_json(baselines, continual_metrics.baselines_json(
+      continual_metrics.Baselines(NORMALIZATION, {})))
+  out, table, table_json, metrics = (
+      str(tmp_path / name) for name in ('fig.png', 'report/table.md',
+                                        'report/table.json', 'metrics.json'))
+  command = ([sys.executable, '-m', 'clear.plot'] +
+             [f'--logdir={d}' for d in seed_runs] +
+             ['--group_seeds', f'--baselines={baselines}', f'--out={out}',
+              f'--table_out={table}', f'--table_json={table_json}',
+              f'--metrics_out={metrics}'])
+  result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+  assert result.returncode == 0, result.stderr
+  # Two task panels, the summary and the training panel.
+  assert _png_size(out) == (420 * 3, 600)
+  with open(metrics) as f:
+    per_run = json.load(f)
+  assert list(per_run) == list(SEEDS)
+  # CartPole rises 10 per evaluation: from 20 + o at 100 to 40 + o at 200
+  # while segment 1 (Acrobot) trains, so its isolated forgetting by
+  # segment 1 is -20 / (40 + o), its largest |return| 40 + o.
+  for label, offset in SEEDS.items():
+    entry = per_run[label]['per_task'][TASKS[0]]
+    assert entry['cora_return_scale'] == 40.0 + offset
+    assert entry['cora_isolated_forgetting_by_segment'] == {
+        '1': pytest.approx(-20 / (40 + offset))}
+    # Acrobot, first trained in segment 1, from segment 0: -98 + o from
+    # -100 + o, over its largest |return| 100 - o.
+    assert per_run[label]['cora_zero_shot_transfer'] == pytest.approx(
+        2 / (100 - offset))
+  with open(table_json) as f:
+    numbers = json.load(f)
+  assert numbers == json.loads(json.dumps(seed_stats.seed_table(per_run)))
+  clear = numbers['methods']['clear']
+  # Over both clear seeds, CartPole's scale is 42: -20 / 42 each.
+  assert clear['isolated_forgetting']['values'] == pytest.approx(
+      [-20 / 42, -20 / 42])
+  assert clear['zero_shot_transfer']['values'] == pytest.approx(
+      [2 / 100, 2 / 100])
+  # Normalised final returns (40 + o) / 40 and (4 + o) / 4, averaged.
+  finals = [((40 + o) / 40 + (4 + o) / 4) / 2 for o in (0.0, 2.0)]
+  assert clear['final_return']['values'] == pytest.approx(finals)
+  assert clear['final_return']['half_width'] == pytest.approx(
+      12.7062 * np.std(finals, ddof=1) / np.sqrt(2), rel=1e-5)
+  with open(table) as f:
+    text = f.read()
+  assert text == seed_stats.table_markdown(seed_stats.seed_table(per_run))
+  assert text.splitlines()[2].startswith('| clear | 2 | ')
+  assert text.splitlines()[3].startswith('| impala | 1 | ')
+
+
+def test_a_bad_label_is_refused_before_anything_is_written(seed_runs,
+                                                           tmp_path):
+  bad = str(tmp_path / 'clear')  # No _s<seed>.
+  _write_run(bad, 0.0, True)
+  out, table = str(tmp_path / 'fig.png'), str(tmp_path / 'table.md')
+  metrics = str(tmp_path / 'metrics.json')
+  for flag in ('--group_seeds', f'--table_out={table}'):
+    command = [sys.executable, '-m', 'clear.plot', f'--logdir={seed_runs[0]}',
+               f'--logdir={bad}', flag, f'--out={out}',
+               f'--metrics_out={metrics}']
+    result = subprocess.run(command, cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 1
+    name = flag.partition('=')[0]
+    assert (f'clear.plot: {name} needs run labels <method>_s<seed>' in
+            result.stderr), result.stderr
+    assert "got 'clear'" in result.stderr
+    assert not os.path.exists(out) and not os.path.exists(metrics)
+    assert not os.path.exists(table)

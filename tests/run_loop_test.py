@@ -427,6 +427,14 @@ def test_a_task_sequence_switches_tasks_evaluates_and_writes_metrics(
   assert cartpole['final_return'] == pytest.approx(final)
   assert cartpole['forgetting_from_best'] == pytest.approx(
       cartpole['best_return'] - cartpole['final_return'])
+  # CORA's isolated forgetting of CartPole while Acrobot trains: its return
+  # at the switch minus at the end, over its largest |return|.
+  evals = [v for _, v in scalar_series(tmp_path,
+                                       'eval/gym:CartPole-v1/return')]
+  assert cartpole['cora_isolated_forgetting_by_segment'] == {
+      '1': pytest.approx((evals[1] - evals[2]) / max(map(abs, evals)))}
+  assert metrics['cora_isolated_forgetting'] == pytest.approx(
+      (evals[1] - evals[2]) / max(map(abs, evals)))
 
 
 def test_a_task_sequence_must_cover_the_total_frames(tmp_path):

@@ -3,7 +3,7 @@ r"""Writes the baselines the continual MinAtar runs are normalised by.
   python results/minatar/make_baselines.py --single_task_root=runs/minatar \
       --frames=3000000 --out=results/minatar/baselines.json
 
-Per game (`clear.continual.baselines_json`):
+Per game (`clear.continual_metrics.baselines_json`):
   * low: the mean return of a uniformly random policy over
     `--random_episodes` episodes (the first episodes that
     `--random_envs` envs, seeded from `--seed`, finish), with MinAtar's
@@ -28,6 +28,7 @@ from absl import flags
 import numpy as np
 
 from clear import continual
+from clear import continual_metrics
 from clear import plot
 import envs
 from envs import minatar
@@ -87,8 +88,8 @@ def main(argv):
       f'high: the single-task run\'s mean evaluation return over its '
       f'evaluations within {f.window:,} frames of {f.frames:,} frames.',
       f'curve: the single-task run\'s evaluations ({f.single_task_root}).']
-  continual.write_json(f.out, continual.baselines_json(
-      continual.Baselines(normalization, reference), notes))
+  continual.write_json(f.out, continual_metrics.baselines_json(
+      continual_metrics.Baselines(normalization, reference), notes))
   print(json.dumps(table, indent=1))
   print(f'Wrote {f.out}')
 
