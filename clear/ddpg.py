@@ -6,36 +6,23 @@ continuous action entries.
 A deterministic actor mu(s) (tanh, scaled to the action bounds), critics
 Q_i(s, a) on [observation; action scaled to [-1, 1]], a target actor and
 target critics moved by soft updates, Gaussian exploration noise clipped to
-the bounds. It reuses SAC's machinery (`clear.off_policy`: critic ensemble,
-target updates, replayed segments, Q targets from `clear.value_estimators`,
-episode-end handling, prioritized replay). With `num_critics` = 2,
-`target_noise` > 0 and `actor_update_period` = 2 it becomes TD3 (Fujimoto
-et al. 2018).
+the bounds. It shares SAC's machinery (`clear.off_policy` and the modules
+it names: config fields, critic ensemble, target updates, replayed
+segments, Q targets from `clear.value_estimators`, episode-end handling,
+prioritized replay). With `num_critics` = 2, `target_noise` > 0 and
+`actor_update_period` = 2 it becomes TD3 (Fujimoto et al. 2018).
 
 The loss is one module-like function, `ddpg_loss`, returning the named terms
 together (`DDPGLoss`: loss_actor, loss_value, pred_value, target_value,
 td_error), as TorchRL loss modules do; the learner logs them and turns the
 TD errors into replay priorities.
 
-Config fields (`DDPGConfig`, defaults in brackets; the run loop reads the
-first seven). The defaults are the ones checked on gym:Pendulum-v1 with
-64-unit MLPs (learning rates 1e-3 and noise 0.1 as in the usual DDPG/TD3
-settings; batches of 128 instead of 256):
-  batch_size [4]: fresh unrolls per `learn` call (e.g. envs_per_actor).
-  num_replay [0]: must stay 0; the policy owns its replay buffer.
-  unroll_length [8]: T of the actors' unrolls.
-  total_environment_frames [100_000]: run length (anneals the importance
-    exponent to 1).
-  fixed_step_mul [True], step_mul [1]: frames per agent step (dynamic
-    multipliers are not supported).
-  discounting [0.99]: gamma.
-  reward_scaling [1.0]: rewards are multiplied by this.
-  actor_learning_rate [1e-3]: Adam learning rate of the actor.
-  critic_learning_rate [1e-3]: Adam learning rate of the critics.
-  tau [0.005]: how far the target networks move towards the online ones
-    at each target update (1 copies them).
-  target_update_period [1]: updates between two target-network moves.
-  num_critics [1]: critics (targets and the actor use their minimum).
+Config (`DDPGConfig`): the fields DDPG shares with SAC (`DDPGConfig`'s
+docstring and `clear.off_policy_config` describe them; DDPG's num_critics
+defaults to 1) and DDPG's own, below (defaults in brackets). The defaults
+are the ones checked on gym:Pendulum-v1 with 64-unit MLPs (learning rates
+1e-3 and noise 0.1 as in the usual DDPG/TD3 settings; batches of 128
+instead of 256):
   exploration_noise [0.1]: std of the Gaussian acting noise, as a fraction
     of the half range of each action entry (shipped to actors with the
     weights).
@@ -44,25 +31,6 @@ settings; batches of 128 instead of 256):
   target_noise_clip [0.5]: the smoothing noise is clipped to +-this
     (a fraction of the half range).
   actor_update_period [1]: the actor learns every this many updates.
-  value_estimator ['td0']: Q-target estimator over a segment ('td0',
-    'td1', 'td_lambda', 'gae').
-  td_lambda [0.95]: lambda of the 'td_lambda' and 'gae' estimators.
-  sample_length [1]: L, transitions per replayed segment.
-  sample_batch_size [128]: transitions per update (ceil(this / L)
-    segments).
-  replay_capacity [1_000_000]: transitions kept (FIFO).
-  prioritized [False]: sample segments by priority, the RMS TD error of
-    the segment, instead of uniformly.
-  priority_exponent [0.6]: alpha of prioritized replay: segments are drawn
-    in proportion to priority^alpha (0 = uniform).
-  importance_exponent [0.4]: beta of prioritized replay's importance
-    weights, annealed linearly to 1 over the run.
-  learning_starts [1000]: stored transitions before the first update.
-  random_actions_until_start [True]: actors act uniformly at random until
-    then.
-  updates_per_step [1.0]: gradient updates per new transition.
-  clip_grad_norm [0.0]: global-norm clipping (0 = off).
-  jit_compile [True]: compile the updates with XLA.
 """
 
 from typing import NamedTuple, Optional
@@ -74,47 +42,28 @@ import tensorflow as tf
 from agents import initializers
 from clear import learner as learner_lib
 from clear import off_policy
+from clear import off_policy_config
+from clear import off_policy_losses
+from clear import off_policy_networks as networks
 from clear import types
 
-
-class DDPGConfig(NamedTuple):
-  """DDPG hyperparameters; see the module docstring for each field."""
-  batch_size: int = 4
-  num_replay: int = 0
-  unroll_length: int = 8
-  total_environment_frames: int = 100_000
-  fixed_step_mul: bool = True
-  step_mul: int = 1
-  discounting: float = 0.99
-  reward_scaling: float = 1.0
-  actor_learning_rate: float = 1e-3
-  critic_learning_rate: float = 1e-3
-  tau: float = 0.005
-  target_update_period: int = 1
-  num_critics: int = 1
-  exploration_noise: float = 0.1
-  target_noise: float = 0.0
-  target_noise_clip: float = 0.5
-  actor_update_period: int = 1
-  value_estimator: str = 'td0'
-  td_lambda: float = 0.95
-  sample_length: int = 1
-  sample_batch_size: int = 128
-  replay_capacity: int = 1_000_000
-  prioritized: bool = False
-  priority_exponent: float = 0.6
-  importance_exponent: float = 0.4
-  learning_starts: int = 1000
-  random_actions_until_start: bool = True
-  updates_per_step: float = 1.0
-  clip_grad_norm: float = 0.0
-  jit_compile: bool = True
+_Field = off_policy_config.Field
+DDPGConfig = off_policy_config.config_class(
+    'DDPGConfig', __name__,
+    'DDPG hyperparameters; the module docstring describes DDPG\'s own fields.',
+    own_fields={'num_critics': [
+        _Field('exploration_noise', float, 0.1),
+        _Field('target_noise', float, 0.0),
+        _Field('target_noise_clip', float, 0.5),
+        _Field('actor_update_period', int, 1),
+    ]},
+    defaults={'num_critics': 1})
 
 
 def validate_config(config: DDPGConfig,
                     spec: Optional[types.EnvSpec] = None):
   """Raises ValueError with one clear message for an impossible setting."""
-  off_policy.validate_common(config, spec, 'DDPG')
+  off_policy_config.validate_common(config, spec, 'DDPG')
   if config.exploration_noise < 0:
     raise ValueError('exploration_noise must be >= 0, got '
                      f'{config.exploration_noise}.')
@@ -179,7 +128,7 @@ def ddpg_loss(q_taken, q_policy, targets, mask, importance_weights=None):
   if q_policy.shape.rank != 3:
     raise ValueError('ddpg_loss: q_policy must be [N, T, B], got shape '
                      f'{q_policy.shape}.')
-  loss_value, extra = off_policy.critic_ensemble_loss(
+  loss_value, extra = off_policy_losses.critic_ensemble_loss(
       q_taken, targets, mask, importance_weights)
   pred = tf.stop_gradient(tf.reduce_mean(q_taken, axis=0))
   targets = tf.stop_gradient(tf.convert_to_tensor(targets, tf.float32))
@@ -202,7 +151,7 @@ class DDPGAgent(snt.Module):
     rng: the sampling Generator.
   """
 
-  def __init__(self, spec, layout: off_policy.ActionLayout, hidden_sizes,
+  def __init__(self, spec, layout: networks.ActionLayout, hidden_sizes,
                init_rng: np.random.Generator, seed: int,
                exploration_noise: float, name='agent'):
     super().__init__(name=name)
@@ -213,10 +162,10 @@ class DDPGAgent(snt.Module):
       self.exploration_noise = tf.Variable(exploration_noise,
                                            dtype=tf.float32, trainable=False,
                                            name='exploration_noise')
-    self.actor = off_policy.MLP(hidden_sizes, layout.continuous_size,
+    self.actor = networks.MLP(hidden_sizes, layout.continuous_size,
                                 initializers.SeededFanIn(init_rng),
                                 name='actor')
-    self.actor(tf.zeros([1, off_policy.observation_size(spec)]))
+    self.actor(tf.zeros([1, networks.observation_size(spec)]))
 
 
 class DDPGPolicy(off_policy.OffPolicyPolicy):
@@ -248,23 +197,17 @@ class DDPGPolicy(off_policy.OffPolicyPolicy):
 
   def _build_learner(self):
     c, layout = self.config, self.layout
-    self.agent.random_actions.assign(
-        1.0 if c.random_actions_until_start else 0.0)
-    in_size = off_policy.observation_size(self.spec) + layout.continuous_size
-    make_critics = lambda name: off_policy.CriticEnsemble(
-        c.num_critics, in_size, self._hidden_sizes, 1, self._init_rng,
-        name=name)
-    self.critics = make_critics('critics')
-    self.target_critics = make_critics('target_critics')
-    self.target_actor = off_policy.MLP(
+    self.critics = self._make_critics('critics')
+    self.target_critics = self._make_critics('target_critics')
+    self.target_actor = networks.MLP(
         self._hidden_sizes, layout.continuous_size,
         initializers.SeededFanIn(self._init_rng), name='target_actor')
-    self.target_actor(tf.zeros([1, off_policy.observation_size(self.spec)]))
+    self.target_actor(tf.zeros([1, networks.observation_size(self.spec)]))
     online = (list(self.critics.trainable_variables) +
               list(self.agent.actor.trainable_variables))
     target = (list(self.target_critics.trainable_variables) +
               list(self.target_actor.trainable_variables))
-    self.target_updater = off_policy.TargetUpdater(
+    self.target_updater = networks.TargetUpdater(
         online, target, c.tau, c.target_update_period)
     self.critic_optimizer = off_policy.make_adam(
         c.critic_learning_rate, self.critics.trainable_variables)
@@ -293,8 +236,7 @@ class DDPGPolicy(off_policy.OffPolicyPolicy):
 
   def _act(self, observation):
     layout, agent = self.layout, self.agent
-    features = off_policy.flat_observation(observation,
-                                           self._observation_keys)
+    features = self._features(observation)
     batch = tf.shape(features)[0]
     size = layout.continuous_size
     unit = tf.tanh(agent.actor(features))
@@ -307,14 +249,12 @@ class DDPGPolicy(off_policy.OffPolicyPolicy):
 
   # --- Learning ---------------------------------------------------------------
 
-  def _update(self, tr: off_policy.Transitions, weights):
+  def _update(self, tr, weights):
     c, layout, agent = self.config, self.layout, self.agent
-    merge = off_policy.merge_leading
+    merge = networks.merge_leading
     steps_p1, num_segments = tr.first.shape  # L + 1, K (static).
     taken_rows = (steps_p1 - 1) * num_segments
-    features = off_policy.flat_observation(
-        {k: merge(tr.observation[k]) for k in self._observation_keys},
-        self._observation_keys)
+    features = self._segment_features(tr)
     now, after = features[:taken_rows], features[num_segments:]
     time_major = lambda q: tf.reshape(
         q, q.shape[:-1].as_list() + [steps_p1 - 1, num_segments])
@@ -338,13 +278,9 @@ class DDPGPolicy(off_policy.OffPolicyPolicy):
       q_target = self.target_critics(tf.concat([after, target_unit],
                                                -1))[..., 0]
       next_values = time_major(tf.reduce_min(q_target, axis=0))
-      # V(x_0) only enters the (masked) target of a truncated first
-      # transition, so it is not computed: zeros stand in.
-      values = tf.concat([tf.zeros_like(next_values[:1]), next_values[:-1]],
-                         0)
-      targets = off_policy.q_targets(tr.reward, tr.discount, tr.truncated,
-                                     values, next_values[-1],
-                                     c.value_estimator, c.td_lambda)
+      targets = off_policy_losses.next_state_targets(
+          tr.reward, tr.discount, tr.truncated, next_values,
+          c.value_estimator, c.td_lambda)
       terms = ddpg_loss(time_major(q_taken), time_major(q_policy),
                         targets.targets, targets.mask, weights)
       actor_loss = tf.reduce_mean(terms.loss_actor)
@@ -355,8 +291,6 @@ class DDPGPolicy(off_policy.OffPolicyPolicy):
     actor_grads, actor_norm = learner_lib.clipped_gradients(
         tape, actor_loss, actor_vars, c.clip_grad_norm)
     del tape
-    finite = off_policy.all_finite([critic_loss, actor_loss, critic_norm,
-                                    actor_norm])
 
     def apply():
       self.critic_optimizer.apply(critic_grads, critic_vars)
@@ -366,7 +300,8 @@ class DDPGPolicy(off_policy.OffPolicyPolicy):
               lambda: tf.constant(False))
       self.target_updater()
 
-    finite = self._apply_if_finite(finite, apply)
+    applied = self._apply_if_finite(
+        [critic_loss, actor_loss, critic_norm, actor_norm], apply)
     mask = targets.mask
     squared = tf.square(terms.td_error)
     metrics = {
@@ -374,12 +309,13 @@ class DDPGPolicy(off_policy.OffPolicyPolicy):
         'loss/value': critic_loss,
         'value/pred_mean': tf.reduce_mean(terms.pred_value),
         'value/target_mean': tf.reduce_mean(terms.target_value),
-        'value/abs_td_error': tf.reduce_sum(tf.abs(terms.td_error) * mask) /
-                              tf.maximum(tf.reduce_sum(mask), 1.0),
+        'value/abs_td_error': off_policy_losses.masked_mean(
+            tf.abs(terms.td_error), mask),
         'grad_norm/actor': actor_norm,
         'grad_norm/critic': critic_norm,
     }
-    return metrics, finite, off_policy.segment_priorities(squared, mask)
+    return metrics, applied, off_policy_losses.segment_priorities(squared,
+                                                                  mask)
 
   def _apply_actor(self, grads, variables):
     self.actor_optimizer.apply(grads, variables)

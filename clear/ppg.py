@@ -1,8 +1,9 @@
 """Phasic Policy Gradient (Cobbe et al. 2020, arXiv 2009.04416) on clear.
 
-PPG trains two feed-forward networks with two optimizers (the losses are
-pure functions in `clear.ppg_losses`; this module holds the networks and
-the two phases of training):
+PPG trains two feed-forward networks with two optimizers. The losses are
+pure functions in `clear.ppg_losses`, the networks and the value
+normaliser are in `clear.ppg_networks`, the config and its defaults in
+`clear.ppg_config`; this module holds the two phases of training:
 
 - the policy network: torso -> categorical heads, plus an auxiliary value
   head that shares the torso;
@@ -38,59 +39,6 @@ the flattened `[T * B]` steps). The policy of a state with several action
 heads is the product of the heads (log-probabilities, entropies and KLs are
 summed over heads). Only discrete (`DiscreteSpec`) heads are supported.
 
-`agent_config` (`clear.policy.AgentConfig`) meaning for PPG:
-  network: the torso of both networks, as in `agents.make_agent` ('auto',
-    'mlp', 'impala_shallow', 'impala_deep', 'fullyconv', 'minatar').
-  core_size: the hidden width: the MLP torso has two ReLU layers of this
-    size; image torsos end in a linear layer of this size.
-  separate_critic: ignored; PPG always has a separate value network.
-
-`PPGConfig` fields and defaults:
-  batch_size=8, num_replay=0, unroll_length=64,
-  total_environment_frames=1_000_000, fixed_step_mul=True, step_mul=1,
-  discounting=0.99, reward_clipping='none', reward_scaling=1.0,
-  learning_rate=1e-3, decay_learning_rate=True, adam_epsilon=1e-8,
-  clip_grad_norm=10.0, clip_ratio=0.2, value_clip=0.0, entropy_cost=0.001,
-  value_cost=0.5, value_estimator='gae', gae_lambda=0.95,
-  normalize_advantage=True, normalize_value=True, target_kl=0.02,
-  policy_epochs=1,
-  num_minibatches=8, aux_freq=8, aux_train_epoch=6, aux_bc_weight=1.0,
-  aux_num_minibatches=0 (0: the policy phase's minibatch size).
-
-They follow DI-engine's PPG config (learning rate, loss weights, clip ratio,
-aux_freq, aux_train_epoch, aux_bc_weight, gamma, GAE lambda, gradient norm
-clipping, one epoch per phase, 64-sample minibatches: 8 x 64 steps split in
-8), with five differences:
-- `value_clip` is off: a clipping radius in return units (DI-engine
-  reuses clip_ratio = 0.2) lets values move only 0.2 per iteration and more
-  than doubles the frames CartPole needs.
-- `normalize_value` and `normalize_advantage` are on (DI-engine's are off;
-  the PPG paper normalises rewards and advantages). Without them, PPG
-  solved CartPole and then collapsed: after a long solved stretch the
-  first failed episode gave advantages of up to 62 against about 0.01
-  before, one policy phase moved the policy far (approximate KL 0.65), and
-  the auxiliary phase's value loss on the shared torso jumped from 0.0002
-  to 340 in return units, which the behaviour-cloning KL (weight 1) could
-  not hold against. In standardised units neither step is outsized.
-- `target_kl` is 0.02 and the learning rate decays linearly to 0 over
-  the run (`decay_learning_rate`, as in PPO's Atari settings): with
-  advantages standardised, a solved CartPole's near-zero advantages become
-  unit-sized noise and the policy random-walks (approximate KL up to 0.03
-  per phase) until it fails again. The KL limit stops a phase's drift
-  early in a run, the decay the slow drift late in it (without it, 2 of 5
-  seeds fell to 449 and 461 after 400k frames at 500).
-- `entropy_cost` is 0.001 (DI-engine: 0.01). On a solved task the
-  advantages carry no signal and the entropy bonus alone pushes the policy
-  steadily towards randomness; at 0.01, runs of 200k frames (whose
-  learning rate decays faster) still dipped to 399 and 391 on 2 of 6
-  seeds, at 0.001 none went below 475.
-- Rewards are not clipped, as in DI-engine (clear's IMPALA learner clips
-  them to [-1, 1]).
-The batch layout (8 unrolls of 64 steps, DI-engine collects by samples
-instead) was picked on gym:CartPole-v1. There, through `clear.train`, these
-defaults reach a 100-episode mean of 475 within about 60-80k frames and
-hold it for the rest of 200k- and 500k-frame runs (README, PPG).
-
 Metrics returned by `learn` (numpy scalars) and written as `tf.summary`
 scalars: loss/policy, loss/value, loss/entropy (minus the mean entropy),
 policy/entropy, policy/approx_kl, policy/clip_fraction, value/clip_fraction,
@@ -104,297 +52,26 @@ num_env_frames, num_updates, num_gradient_steps, num_skipped_steps and
 `skipped` (True when any gradient step of the call was skipped).
 """
 
-from typing import NamedTuple
-
 import numpy as np
 import sonnet as snt
 import tensorflow as tf
 import tree
 
-import agents
 from agents import heads as heads_lib
-from agents import initializers
-from agents import torsos
+from clear import guards
 from clear import learner as learner_lib
 from clear import losses
 from clear import policy as policy_lib
+from clear import ppg_config
 from clear import ppg_losses
+from clear import ppg_networks
 from clear import types
 from clear import value_estimators
 
-
-class PPGConfig(NamedTuple):
-  """Hyperparameters of PPG (see the module docstring for the defaults).
-
-  Attributes:
-    batch_size: unrolls per `learn` call (the run loop's batch).
-    num_replay: must be 0 (PPG is on-policy; kept for the run loop).
-    unroll_length: T, agent steps per unroll.
-    total_environment_frames: when the run stops (and over which the
-      learning rate decays when `decay_learning_rate`).
-    fixed_step_mul, step_mul: the environment's step multiplier, for the
-      frame count (see `clear.learner.frames_in_batch`).
-    discounting: gamma.
-    reward_clipping: a `clear.losses.clip_rewards` mode.
-    reward_scaling: rewards are multiplied by this before clipping.
-    learning_rate: Adam learning rate of both networks.
-    decay_learning_rate: decay it linearly to 0 over the total frames.
-    adam_epsilon: Adam's epsilon.
-    clip_grad_norm: global-norm clipping of each network's gradients
-      (0 = off).
-    clip_ratio: PPO's epsilon: the ratio pi / pi_old is clipped to
-      [1 - clip_ratio, 1 + clip_ratio].
-    value_clip: value-loss clipping radius around the old value (0 = off).
-    entropy_cost: weight of the entropy bonus.
-    value_cost: weight of the value network's policy-phase loss.
-    value_estimator: one of `clear.value_estimators.ESTIMATORS`.
-    gae_lambda: lambda of 'gae' and 'td_lambda'.
-    normalize_advantage: standardise advantages in each minibatch.
-    target_kl: once a minibatch's mean approximate KL between the policy
-      and the phase's old policy exceeds 1.5 x target_kl, the policy
-      network takes no more steps in that policy phase (the value network
-      goes on); 0 turns this off.
-    normalize_value: the value network and auxiliary head predict returns
-      standardised by a running mean and std (`ValueNormalizer`).
-    policy_epochs: passes over each batch in the policy phase.
-    num_minibatches: minibatches per pass (of the T * B samples).
-    aux_freq: policy iterations between auxiliary phases.
-    aux_train_epoch: passes over the memory in an auxiliary phase.
-    aux_bc_weight: weight of the behaviour-cloning KL.
-    aux_num_minibatches: minibatches per auxiliary pass; 0 keeps the policy
-      phase's minibatch size (num_minibatches per stored iteration).
-  """
-  batch_size: int = 8
-  num_replay: int = 0
-  unroll_length: int = 64
-  total_environment_frames: int = 1_000_000
-  fixed_step_mul: bool = True
-  step_mul: int = 1
-  discounting: float = 0.99
-  reward_clipping: str = 'none'
-  reward_scaling: float = 1.0
-  learning_rate: float = 1e-3
-  decay_learning_rate: bool = True
-  adam_epsilon: float = 1e-8
-  clip_grad_norm: float = 10.0
-  clip_ratio: float = 0.2
-  value_clip: float = 0.0
-  entropy_cost: float = 0.001
-  value_cost: float = 0.5
-  value_estimator: str = 'gae'
-  gae_lambda: float = 0.95
-  normalize_advantage: bool = True
-  normalize_value: bool = True
-  target_kl: float = 0.02
-  policy_epochs: int = 1
-  num_minibatches: int = 8
-  aux_freq: int = 8
-  aux_train_epoch: int = 6
-  aux_bc_weight: float = 1.0
-  aux_num_minibatches: int = 0
-
-
-def validate_config(config: PPGConfig):
-  """Raises ValueError with one clear message for an impossible setting."""
-  positive_ints = ('batch_size', 'unroll_length', 'total_environment_frames',
-                   'step_mul', 'policy_epochs', 'num_minibatches', 'aux_freq')
-  for name in positive_ints:
-    if getattr(config, name) < 1:
-      raise ValueError(f'PPGConfig.{name} must be >= 1, got '
-                       f'{getattr(config, name)}.')
-  if config.num_replay != 0:
-    raise ValueError('PPGConfig.num_replay must be 0: PPG learns from fresh '
-                     f'unrolls only, got {config.num_replay}.')
-  if config.aux_train_epoch < 0 or config.aux_num_minibatches < 0:
-    raise ValueError('PPGConfig.aux_train_epoch and aux_num_minibatches must '
-                     f'be >= 0, got {config.aux_train_epoch} and '
-                     f'{config.aux_num_minibatches}.')
-  samples = config.batch_size * config.unroll_length
-  if config.num_minibatches > samples:
-    raise ValueError(
-        f'PPGConfig.num_minibatches={config.num_minibatches} exceeds the '
-        f'{samples} samples of a batch (batch_size * unroll_length).')
-  if config.aux_num_minibatches > samples * config.aux_freq:
-    raise ValueError(
-        f'PPGConfig.aux_num_minibatches={config.aux_num_minibatches} exceeds '
-        f'the {samples * config.aux_freq} samples of the auxiliary memory.')
-  if not 0.0 <= config.discounting <= 1.0:
-    raise ValueError('PPGConfig.discounting must be in [0, 1], got '
-                     f'{config.discounting}.')
-  if config.target_kl < 0:
-    raise ValueError('PPGConfig.target_kl must be >= 0 (0: off), got '
-                     f'{config.target_kl}.')
-  if not 0.0 <= config.gae_lambda <= 1.0:
-    raise ValueError('PPGConfig.gae_lambda must be in [0, 1], got '
-                     f'{config.gae_lambda}.')
-  if config.value_estimator not in value_estimators.ESTIMATORS:
-    raise ValueError('PPGConfig.value_estimator must be one of '
-                     f'{value_estimators.ESTIMATORS}, got '
-                     f'{config.value_estimator!r}.')
-  if config.reward_clipping not in losses.REWARD_CLIPPING_MODES:
-    raise ValueError('PPGConfig.reward_clipping must be one of '
-                     f'{losses.REWARD_CLIPPING_MODES}, got '
-                     f'{config.reward_clipping!r}.')
-  if config.learning_rate <= 0:
-    raise ValueError('PPGConfig.learning_rate must be > 0, got '
-                     f'{config.learning_rate}.')
-  if config.clip_ratio <= 0:
-    raise ValueError('PPGConfig.clip_ratio must be > 0, got '
-                     f'{config.clip_ratio}.')
-  for name in ('value_clip', 'clip_grad_norm', 'entropy_cost', 'value_cost',
-               'aux_bc_weight'):
-    if getattr(config, name) < 0:
-      raise ValueError(f'PPGConfig.{name} must be >= 0, got '
-                       f'{getattr(config, name)}.')
-
-
-# --- Value normalisation -----------------------------------------------------
-
-
-class ValueNormalizer(tf.Module):
-  """Running mean and variance of value targets (checkpointable).
-
-  Merges batch moments with Chan et al.'s parallel formula, so the result
-  equals the moments of everything seen so far. Before any update it is the
-  identity (mean 0, std 1).
-
-  Attributes:
-    mean, variance: float32 scalar variables.
-    count: float64 scalar variable, the number of values seen.
-  """
-
-  def __init__(self, epsilon=1e-8, name='value_normalizer'):
-    super().__init__(name=name)
-    self._epsilon = epsilon
-    self.mean = tf.Variable(0.0, trainable=False, name='mean')
-    self.variance = tf.Variable(1.0, trainable=False, name='variance')
-    self.count = tf.Variable(0.0, dtype=tf.float64, trainable=False,
-                             name='count')
-
-  @property
-  def std(self):
-    return tf.sqrt(self.variance + self._epsilon)
-
-  def update(self, values):
-    """Folds float32 `values` (any shape, at least one element) in."""
-    values = tf.reshape(tf.cast(values, tf.float32), [-1])
-    batch_mean, batch_variance = tf.nn.moments(values, axes=[0])
-    batch_count = tf.cast(tf.size(values), tf.float64)
-    total = self.count + batch_count
-    batch_weight = tf.cast(batch_count / total, tf.float32)
-    old_weight = tf.cast(self.count / total, tf.float32)
-    delta = batch_mean - self.mean
-    new_mean = self.mean + delta * batch_weight
-    new_variance = (old_weight * self.variance + batch_weight * batch_variance
-                    + tf.square(delta) * old_weight * batch_weight)
-    self.mean.assign(new_mean)
-    self.variance.assign(new_variance)
-    self.count.assign(total)
-
-  def normalize(self, values):
-    return (values - self.mean) / self.std
-
-  def denormalize(self, values):
-    return values * self.std + self.mean
-
-
-# --- Networks ----------------------------------------------------------------
-
-
-def _make_torso(spec: types.EnvSpec, network: str, width: int, w_init, name):
-  """An `agents.torsos` encoder for `network` with hidden width `width`."""
-  obs_spec = spec.observation_spec
-  if network == 'mlp':
-    return torsos.MLPTorso(obs_spec, w_init, (width, width), name=name)
-  if network == 'impala_shallow':
-    return torsos.ImpalaShallowTorso(obs_spec, w_init, width, name=name)
-  if network == 'impala_deep':
-    return torsos.ImpalaDeepTorso(obs_spec, w_init, width, name=name)
-  if network == 'minatar':
-    return torsos.MinAtarTorso(obs_spec, w_init, width, name=name)
-  mask_keys = {s.mask_key for s in spec.action_spec.values()
-               if s.mask_key is not None}
-  return torsos.FullyConvTorso(obs_spec, w_init, mask_keys, width, name=name)
-
-
-class PolicyNetwork(snt.Module):
-  """Torso -> masked categorical logits per head, and an auxiliary value."""
-
-  def __init__(self, spec, network, width, rng, name='policy_network'):
-    super().__init__(name=name)
-    self._action_spec = spec.action_spec
-    w_init = initializers.SeededFanIn(rng)
-    self.torso = _make_torso(spec, network, width, w_init, 'torso')
-    # Small initial logits: the first policy is close to uniform.
-    self.heads = heads_lib.PolicyHeads(
-        spec.action_spec, initializers.SeededFanIn(rng, scale=0.01),
-        spatial_resolutions=getattr(self.torso, 'resolutions', ()))
-    self.aux_value = snt.Linear(1, w_init=w_init, name='aux_value')
-
-  def __call__(self, observation):
-    """observation: dict of `[N, ...]` -> (logits dict `[N, A_i]`, `[N]`)."""
-    torso_out = self.torso(observation)
-    logits = self.heads(torso_out.features, torso_out.spatial)
-    logits = heads_lib.apply_masks(logits, observation, self._action_spec)
-    return logits, self.aux_value(torso_out.features)[:, 0]
-
-
-class ValueNetwork(snt.Module):
-  """Torso -> value `[N]`."""
-
-  def __init__(self, spec, network, width, rng, name='value_network'):
-    super().__init__(name=name)
-    w_init = initializers.SeededFanIn(rng)
-    self.torso = _make_torso(spec, network, width, w_init, 'torso')
-    self.value = snt.Linear(1, w_init=w_init, name='value')
-
-  def __call__(self, observation):
-    return self.value(self.torso(observation).features)[:, 0]
-
-
-class PPGAgent(snt.Module):
-  """Both networks, the value normaliser and the sampling generator.
-
-  Attributes:
-    policy_network: `PolicyNetwork`.
-    value_network: `ValueNetwork`.
-    normalizer: `ValueNormalizer`; the value network (and auxiliary head)
-      predict normalised values when `normalize_value` is on.
-    rng: `tf.random.Generator` for action sampling.
-  """
-
-  def __init__(self, spec, network='auto', width=256, seed=0, name='agent'):
-    super().__init__(name=name)
-    network = agents.resolve_network(spec, network)
-    init_rng = np.random.default_rng(seed)
-    self.policy_network = PolicyNetwork(spec, network, width, init_rng)
-    self.value_network = ValueNetwork(spec, network, width, init_rng)
-    self.normalizer = ValueNormalizer()
-    with self.name_scope:
-      self.rng = tf.random.Generator.from_seed(seed)
-    zeros = {k: tf.zeros((1,) + tuple(s.shape), tf.as_dtype(s.dtype))
-             for k, s in spec.observation_spec.items()}
-    self.policy_network(zeros)
-    self.value_network(zeros)
-
-  @property
-  def acting_variables(self):
-    """What actors need: both networks and the normaliser's statistics."""
-    return (tuple(self.policy_network.trainable_variables) +
-            tuple(self.value_network.trainable_variables) +
-            (self.normalizer.mean, self.normalizer.variance))
-
-
-def _check_action_spec(spec: types.EnvSpec):
-  for key, head in spec.action_spec.items():
-    if not isinstance(head, types.DiscreteSpec):
-      raise ValueError(
-          f'PPGPolicy: action head {key!r} is {type(head).__name__}; PPG '
-          'supports only discrete (DiscreteSpec) action heads.')
-    if head.mask_key is not None and (
-        head.mask_key not in spec.observation_spec):
-      raise ValueError(f'PPGPolicy: action head {key!r} has mask_key '
-                       f'{head.mask_key!r}, which is not an observation.')
+# The algorithm's config and its check, where `clear.algorithms` (and
+# users) find them.
+PPGConfig = ppg_config.PPGConfig
+validate_config = ppg_config.validate_config
 
 
 # --- The policy --------------------------------------------------------------
@@ -460,10 +137,10 @@ class PPGPolicy(policy_lib.Policy):
                agent_config: policy_lib.AgentConfig,
                learner_config: PPGConfig = None, seed: int = 0):
     super().__init__(spec)
-    _check_action_spec(spec)
+    ppg_networks.check_action_spec(spec)
     self._agent_config = agent_config
-    self.agent = PPGAgent(spec, agent_config.network,
-                          int(agent_config.core_size), seed=seed)
+    self.agent = ppg_networks.PPGAgent(spec, agent_config.network,
+                                       int(agent_config.core_size), seed=seed)
     self._act = tf.function(self._act_graph, autograph=False)
     self.config = learner_config
     if learner_config is None:
@@ -526,8 +203,7 @@ class PPGPolicy(policy_lib.Policy):
     self.policy_optimizer._initialize(self._policy_variables)
     self.value_optimizer._initialize(self._value_variables)
     # pylint: enable=protected-access
-    counter = lambda name: tf.Variable(0, dtype=tf.int64, trainable=False,
-                                       name=name)
+    counter = guards.step_counter
     self._num_env_frames = counter('num_env_frames')
     self._num_updates = counter('num_updates')
     self._num_gradient_steps = counter('num_gradient_steps')
@@ -557,7 +233,6 @@ class PPGPolicy(policy_lib.Policy):
     Returns:
       float32 1.0 when applied, 0.0 when skipped (and counted).
     """
-    finite = tf.reduce_all([tf.math.is_finite(s) for s in scalars])
     gates = gates or [None] * len(updates)
 
     def apply():
@@ -567,14 +242,11 @@ class PPGPolicy(policy_lib.Policy):
         else:
           tf.cond(gate, lambda o=optimizer, g=grads, v=variables: _applied(
               o, g, v), lambda: tf.constant(False))
-      self._num_gradient_steps.assign_add(1)
-      return tf.constant(1.0)
 
-    def skip():
-      self._num_skipped_steps.assign_add(1)
-      return tf.constant(0.0)
-
-    return tf.cond(finite, apply, skip)
+    applied = guards.apply_if_finite(guards.all_finite(scalars), apply,
+                                     self._num_gradient_steps,
+                                     self._num_skipped_steps)
+    return tf.cast(applied, tf.float32)
 
   def _evaluate_batch(self, batch: types.Unroll):
     """Old logits, values, advantages and targets of a `[T + 1, B]` batch.

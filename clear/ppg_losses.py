@@ -15,6 +15,7 @@ import collections
 
 import tensorflow as tf
 
+from clear import guards
 from clear import vtrace
 
 
@@ -52,12 +53,6 @@ Attributes:
 """
 
 
-def _check_rank(fn_name, arg_name, tensor, rank):
-  if tensor.shape.rank != rank:
-    raise ValueError(f'{fn_name}: {arg_name} must have rank {rank}, got '
-                     f'shape {tensor.shape}.')
-
-
 def _check_heads(fn_name, logits, old_logits, actions=None):
   """Checks matching nests of `[B, A_i]` logits (and `[B]` actions)."""
   try:
@@ -76,12 +71,12 @@ def _check_heads(fn_name, logits, old_logits, actions=None):
     raise ValueError(f'{fn_name}: at least one action head is needed.')
   for head, old_head in zip(tf.nest.flatten(logits),
                             tf.nest.flatten(old_logits)):
-    _check_rank(fn_name, 'logits', head, 2)
-    _check_rank(fn_name, 'old_logits', old_head, 2)
+    guards.check_rank(fn_name, 'logits', head, 2)
+    guards.check_rank(fn_name, 'old_logits', old_head, 2)
   if actions is not None:
     actions = tf.nest.map_structure(tf.convert_to_tensor, actions)
     for head_actions in tf.nest.flatten(actions):
-      _check_rank(fn_name, 'actions', head_actions, 1)
+      guards.check_rank(fn_name, 'actions', head_actions, 1)
   return logits, old_logits, actions
 
 
@@ -90,7 +85,7 @@ def _check_values(fn_name, dtype, **named):
   out = []
   for arg_name, tensor in named.items():
     tensor = tf.convert_to_tensor(tensor, dtype=dtype)
-    _check_rank(fn_name, arg_name, tensor, 1)
+    guards.check_rank(fn_name, arg_name, tensor, 1)
     out.append(tensor)
   return out
 
@@ -190,7 +185,7 @@ def clipped_value_loss(values, old_values, returns, value_clip=0.0):
   values = tf.convert_to_tensor(values)
   old_values, returns = _check_values(name, values.dtype,
                                       old_values=old_values, returns=returns)
-  _check_rank(name, 'values', values, 1)
+  guards.check_rank(name, 'values', values, 1)
   old_values = tf.stop_gradient(old_values)
   returns = tf.stop_gradient(returns)
   unclipped = 0.5 * tf.square(values - returns)
@@ -233,7 +228,7 @@ def ppg_aux_loss(logits, old_logits, aux_values, returns, bc_weight):
   name = 'ppg_aux_loss'
   logits, old_logits, _ = _check_heads(name, logits, old_logits)
   aux_values = tf.convert_to_tensor(aux_values)
-  _check_rank(name, 'aux_values', aux_values, 1)
+  guards.check_rank(name, 'aux_values', aux_values, 1)
   returns, = _check_values(name, aux_values.dtype, returns=returns)
   aux_value_loss = 0.5 * tf.square(aux_values - tf.stop_gradient(returns))
   bc_kl = _kl(old_logits, logits)

@@ -1,7 +1,10 @@
 """Soft Actor-Critic (Haarnoja et al. 2018, 1812.05905) for clear's runtime.
 
 T is time, B is batch, N is the number of critics, A the number of discrete
-actions, C the number of continuous action entries.
+actions, C the number of continuous action entries. The maths (losses,
+tanh-squashed Gaussian, target entropies) is in `clear.sac_losses`; the
+machinery SAC shares with DDPG in `clear.off_policy` and the modules it
+names.
 
 Action types (as in ALF's SAC):
 - continuous: a tanh-squashed Gaussian actor, reparameterised samples, and
@@ -24,7 +27,7 @@ Learning (every update, on K replayed segments of L transitions):
   reward, times the discount, so that multi-step estimators (td1,
   td_lambda) collect it at every step. Terminations zero the discount (and
   with it the bonus); truncated transitions are masked out (see
-  `clear.off_policy`). The estimator is `value_estimator` from
+  `clear.off_policy_replay`). The estimator is `value_estimator` from
   `clear.value_estimators`;
 - actor: alpha_c reg - min_i Q_i(s, a~pi) (mixed: the Q expected under the
   discrete policy, probabilities held fixed);
@@ -39,34 +42,21 @@ Learning (every update, on K replayed segments of L transitions):
 Where this differs from ALF's SAC: a transition whose episode was truncated
 is left out of the critic loss (ALF keeps its discount and bootstraps from
 the episode's last observation, which clear's auto-resetting environments
-do not keep; see `clear.off_policy`); the discrete part's entropy is an
-exact sum over the actions instead of the log-probability of one sampled
+do not keep; see `clear.off_policy_replay`); the discrete part's entropy is
+an exact sum over the actions instead of the log-probability of one sampled
 action; the actor and temperature losses use the transitions' start
 states.
 
-Config fields (`SACConfig`, defaults in brackets; the run loop reads the
-first seven). The defaults are the ones checked on gym:Pendulum-v1 and
-gym:CartPole-v1 with 64-unit MLPs (see the report of the learning checks):
-against the usual SAC settings (Haarnoja et al.: learning rates 3e-4,
-batches of 256) they use learning rates of 1e-3 and batches of 128, which
-learn these small tasks in fewer updates; ALF's log alpha starts at 0 as
-here.
-  batch_size [4]: fresh unrolls per `learn` call (e.g. envs_per_actor).
-  num_replay [0]: must stay 0; the policy owns its replay buffer.
-  unroll_length [8]: T of the actors' unrolls.
-  total_environment_frames [100_000]: run length (anneals the importance
-    exponent to 1).
-  fixed_step_mul [True], step_mul [1]: frames per agent step (dynamic
-    multipliers are not supported).
-  discounting [0.99]: gamma.
-  reward_scaling [1.0]: rewards are multiplied by this.
-  actor_learning_rate [1e-3]: Adam learning rate of the actor.
-  critic_learning_rate [1e-3]: Adam learning rate of the critics.
+Config (`SACConfig`): the fields SAC shares with DDPG (`SACConfig`'s
+docstring and `clear.off_policy_config` describe them; SAC's num_critics
+defaults to 2) and SAC's own, below (defaults in brackets). The defaults
+are the ones checked on gym:Pendulum-v1 and gym:CartPole-v1 with 64-unit
+MLPs (see the report of the learning checks): against the usual SAC
+settings (Haarnoja et al.: learning rates 3e-4, batches of 256) they use
+learning rates of 1e-3 and batches of 128, which learn these small tasks in
+fewer updates; ALF's log alpha starts at 0 as here. With sample_length
+raised, td1 and td_lambda give n-step-like targets.
   alpha_learning_rate [1e-3]: Adam learning rate of the temperature(s).
-  tau [0.005]: how far the target networks move towards the critics at
-    each target update (1 copies them).
-  target_update_period [1]: updates between two target-network moves.
-  num_critics [2]: critics in the ensemble (min over them).
   target_entropy [None]: None derives it from the action spec (continuous:
     -1 per entry of the [-1, 1]-scaled action, i.e. sum(log half range - 1)
     in the env's units; discrete: 0.3 log A; with a prior actor
@@ -81,33 +71,10 @@ here.
     log pi - w log prior (with a prior actor).
   target_kld_per_dim [3.0]: with a prior actor, the default target
     entropy is -target_kld_per_dim per action entry.
-  value_estimator ['td0']: Q-target estimator over a segment ('td0',
-    'td1', 'td_lambda', 'gae').
-  td_lambda [0.95]: lambda of the 'td_lambda' and 'gae' estimators.
-  sample_length [1]: L, transitions per replayed segment (raise it with
-    td1/td_lambda for n-step-like targets).
-  sample_batch_size [128]: transitions per update (ceil(this / L)
-    segments).
-  replay_capacity [1_000_000]: transitions kept (FIFO).
-  prioritized [False]: sample segments by priority, the RMS TD error of
-    the segment, instead of uniformly.
-  priority_exponent [0.6]: alpha of prioritized replay: segments are drawn
-    in proportion to priority^alpha (0 = uniform).
-  importance_exponent [0.4]: beta of prioritized replay's importance
-    weights, annealed linearly to 1 over the run.
-  learning_starts [1000]: stored transitions before the first update.
-  random_actions_until_start [True]: actors act uniformly at random until
-    then.
-  updates_per_step [1.0]: gradient updates per new transition.
-  clip_grad_norm [0.0]: global-norm clipping of each part's gradients
-    (0 = off).
-  jit_compile [True]: compile the updates with XLA (about 3x faster for
-    small networks on CPU; each new number of updates per call compiles
-    once).
 """
 
 import math
-from typing import Callable, NamedTuple, Optional, Tuple, Union
+from typing import Callable, Optional, Tuple, Union
 
 import numpy as np
 import sonnet as snt
@@ -117,57 +84,40 @@ from agents import heads
 from agents import initializers
 from clear import learner as learner_lib
 from clear import off_policy
+from clear import off_policy_config
+from clear import off_policy_losses
+from clear import off_policy_networks as networks
+from clear import sac_losses
 from clear import types
 
-LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 PRIORS = ('', 'uniform', 'same_action')
-DISCRETE_ENTROPY_RATIO = 0.3
 # 'same_action' prior: weight of its uniform part, std of its Gaussian part
 # (fraction of the range).
 SAME_ACTION_UNIFORM_WEIGHT = 0.5
 SAME_ACTION_STD = 0.1
 
-
-class SACConfig(NamedTuple):
-  """SAC hyperparameters; see the module docstring for each field."""
-  batch_size: int = 4
-  num_replay: int = 0
-  unroll_length: int = 8
-  total_environment_frames: int = 100_000
-  fixed_step_mul: bool = True
-  step_mul: int = 1
-  discounting: float = 0.99
-  reward_scaling: float = 1.0
-  actor_learning_rate: float = 1e-3
-  critic_learning_rate: float = 1e-3
-  alpha_learning_rate: float = 1e-3
-  tau: float = 0.005
-  target_update_period: int = 1
-  num_critics: int = 2
-  target_entropy: Union[None, float, Callable, Tuple[float, float]] = None
-  initial_alpha: float = 1.0
-  max_log_alpha: Optional[float] = None
-  prior_actor: str = ''
-  prior_kl_weight: float = 1.0
-  target_kld_per_dim: float = 3.0
-  value_estimator: str = 'td0'
-  td_lambda: float = 0.95
-  sample_length: int = 1
-  sample_batch_size: int = 128
-  replay_capacity: int = 1_000_000
-  prioritized: bool = False
-  priority_exponent: float = 0.6
-  importance_exponent: float = 0.4
-  learning_starts: int = 1000
-  random_actions_until_start: bool = True
-  updates_per_step: float = 1.0
-  clip_grad_norm: float = 0.0
-  jit_compile: bool = True
+_Field = off_policy_config.Field
+SACConfig = off_policy_config.config_class(
+    'SACConfig', __name__,
+    'SAC hyperparameters; the module docstring describes SAC\'s own fields.',
+    own_fields={
+        'critic_learning_rate': [_Field('alpha_learning_rate', float, 1e-3)],
+        'num_critics': [
+            _Field('target_entropy',
+                   Union[None, float, Callable, Tuple[float, float]], None),
+            _Field('initial_alpha', float, 1.0),
+            _Field('max_log_alpha', Optional[float], None),
+            _Field('prior_actor', str, ''),
+            _Field('prior_kl_weight', float, 1.0),
+            _Field('target_kld_per_dim', float, 3.0),
+        ]},
+    defaults={'num_critics': 2})
 
 
-def validate_config(config: SACConfig, spec: Optional[types.EnvSpec] = None):
+def validate_config(config: SACConfig,
+                    spec: Optional[types.EnvSpec] = None):
   """Raises ValueError with one clear message for an impossible setting."""
-  off_policy.validate_common(config, spec, 'SAC')
+  off_policy_config.validate_common(config, spec, 'SAC')
   if config.alpha_learning_rate <= 0:
     raise ValueError('alpha_learning_rate must be > 0, got '
                      f'{config.alpha_learning_rate}.')
@@ -181,331 +131,14 @@ def validate_config(config: SACConfig, spec: Optional[types.EnvSpec] = None):
     raise ValueError(
         f'prior_kl_weight must be >= 0, got {config.prior_kl_weight}.')
   if spec is not None:
-    layout = off_policy.ActionLayout(spec.action_spec, 'SAC')
+    layout = networks.ActionLayout(spec.action_spec, 'SAC')
     if layout.discrete_key is None and not layout.continuous_size:
       raise ValueError('SAC needs at least one action head.')
     if layout.discrete_key is not None and config.num_critics != 2:
       raise ValueError(
           'SAC with discrete actions acts with its critics, and actors build '
           f'2 of them: num_critics must be 2, got {config.num_critics}.')
-    target_entropies(config, spec.action_spec)  # Checks its form.
-
-
-# --- Maths --------------------------------------------------------------------
-
-
-def tanh_gaussian_sample(mean, log_std, noise):
-  """Reparameterised sample of a tanh-squashed diagonal Gaussian.
-
-  Args:
-    mean: float32 `[..., C]`.
-    log_std: float32 `[..., C]`.
-    noise: float32 `[..., C]`, standard normal draws.
-
-  Returns:
-    (pre_tanh float32 `[..., C]` u = mean + exp(log_std) noise,
-     action float32 `[..., C]` tanh(u) in (-1, 1)).
-  """
-  pre_tanh = mean + tf.exp(log_std) * noise
-  return pre_tanh, tf.tanh(pre_tanh)
-
-
-def tanh_gaussian_log_prob(pre_tanh, mean, log_std, log_half_range=0.0):
-  """Log density of y = m + h tanh(u), u ~ N(mean, exp(log_std)^2).
-
-  log p(y) = sum_c [log N(u_c; mean_c, std_c) - log(1 - tanh(u_c)^2)]
-             - log_half_range,
-  with log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), which stays
-  finite where tanh(u) rounds to +-1.
-
-  Args:
-    pre_tanh: float32 `[..., C]`, u.
-    mean: float32 `[..., C]`.
-    log_std: float32 `[..., C]`.
-    log_half_range: sum over c of log h_c (0 for actions in [-1, 1]).
-
-  Returns:
-    float32 `[...]`.
-  """
-  pre_tanh = tf.convert_to_tensor(pre_tanh, tf.float32)
-  if pre_tanh.shape.rank is not None and pre_tanh.shape.rank < 1:
-    raise ValueError('tanh_gaussian_log_prob: pre_tanh must be [..., C], '
-                     f'got shape {pre_tanh.shape}.')
-  z = (pre_tanh - mean) * tf.exp(-log_std)
-  gaussian = -0.5 * tf.square(z) - log_std - 0.5 * math.log(2.0 * math.pi)
-  log_det = 2.0 * (math.log(2.0) - pre_tanh - tf.nn.softplus(-2.0 * pre_tanh))
-  return tf.reduce_sum(gaussian - log_det, axis=-1) - log_half_range
-
-
-def bounded_log_std(raw):
-  """Maps an unbounded output to log_std in [LOG_STD_MIN, LOG_STD_MAX]."""
-  return LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (tf.tanh(raw) + 1)
-
-
-def soft_policy_logits(q_values, alpha, mask=None):
-  """Logits of p(a|s) proportional to exp(min_i Q_i(s, a) / alpha).
-
-  Args:
-    q_values: float32 `[N, ..., A]`.
-    alpha: float32 scalar (gradients stopped).
-    mask: optional `[..., A]`, nonzero where the action is available.
-
-  Returns:
-    float32 `[..., A]` (masked entries at `heads.MASKED_LOGIT`).
-  """
-  logits = tf.reduce_min(q_values, axis=0) / tf.stop_gradient(alpha)
-  if mask is not None:
-    logits = heads.mask_logits(logits, mask)
-  return logits
-
-
-def entropy_bonus_rewards(rewards, discounts, next_regulariser, alpha):
-  """Rewards with the next state's entropy bonus: r_t - d_t alpha reg_{t+1}.
-
-  T is time, B is batch.
-
-  Args:
-    rewards: float32 `[T, B]`.
-    discounts: float32 `[T, B]`.
-    next_regulariser: float32 `[T, B]`, log pi - w log prior at x_{t+1}
-      (expected under pi for discrete actions), already weighted by the
-      part's alpha when `alpha` is 1.
-    alpha: float32 scalar, the temperature.
-
-  Returns:
-    float32 `[T, B]`, gradients stopped through the bonus.
-  """
-  for name, x in (('rewards', rewards), ('discounts', discounts),
-                  ('next_regulariser', next_regulariser)):
-    if tf.convert_to_tensor(x).shape.rank != 2:
-      raise ValueError(f'entropy_bonus_rewards: {name} must be [T, B], got '
-                       f'shape {tf.convert_to_tensor(x).shape}.')
-  bonus = -tf.stop_gradient(alpha * next_regulariser)
-  return rewards + discounts * bonus
-
-
-class CriticLossExtra(NamedTuple):
-  """Pieces of `sac_critic_loss`.
-
-  Attributes:
-    targets: float32 `[T, B]`, the soft Q targets G_t.
-    mask: float32 `[T, B]`, 0 for truncated transitions.
-    td_errors: float32 `[N, T, B]`, G_t - Q_i(x_t, a_t).
-    squared_errors: float32 `[T, B]`, mean over critics of the squared TD
-      errors (what priorities are made of).
-  """
-  targets: tf.Tensor
-  mask: tf.Tensor
-  td_errors: tf.Tensor
-  squared_errors: tf.Tensor
-
-
-def sac_critic_loss(q_values, next_target_q, next_penalty, rewards, discounts,
-                    truncated, next_discrete_probs=None,
-                    importance_weights=None, estimator='td0', lambda_=0.95):
-  """Soft Q regression of every critic, per element.
-
-  T is time, B is batch, N critics, A discrete actions. Transition t goes
-  from x_t to x_{t+1}. The value of x_{t+1} is V(x_{t+1}) = min_i
-  Qtarget_i(x_{t+1}, a') at the policy's a' (expected under the discrete
-  policy when `next_discrete_probs` is given); the entropy bonus -penalty
-  of x_{t+1} goes into the reward (times the discount), so the one-step
-  target is r_t + d_t (V(x_{t+1}) - penalty_{t+1}), and multi-step
-  estimators collect the bonus at every step. See `off_policy.q_targets`
-  for the estimator and the masking of truncated transitions.
-
-  Args:
-    q_values: float32 `[N, T, B]`, Q_i(x_t, a_t) of the replayed actions.
-    next_target_q: float32 `[N, T, B]` (or `[N, T, B, A]` with discrete
-      probabilities), target critics at x_{t+1} and the policy's actions.
-    next_penalty: float32 `[T, B]`, sum over action parts of alpha (log pi
-      - w log prior) at x_{t+1} (for discrete parts, expected under pi).
-    rewards: float32 `[T, B]`.
-    discounts: float32 `[T, B]`, 0 where transition t terminated.
-    truncated: bool `[T, B]`.
-    next_discrete_probs: float32 `[T, B, A]` or None.
-    importance_weights: float32 `[B]` or `[T, B]`, or None.
-    estimator: one of `off_policy.Q_ESTIMATORS`.
-    lambda_: lambda of 'td_lambda' / 'gae'.
-
-  Returns:
-    (loss float32 `[T, B]`, `CriticLossExtra`); no gradient reaches the
-    targets, target critics, penalties or temperatures.
-
-  Raises:
-    ValueError: wrong ranks or estimator.
-  """
-  name = 'sac_critic_loss'
-  next_target_q = tf.convert_to_tensor(next_target_q, tf.float32)
-  rank = 3 if next_discrete_probs is None else 4
-  if next_target_q.shape.rank != rank:
-    raise ValueError(f'{name}: next_target_q must have rank {rank}, got '
-                     f'shape {next_target_q.shape}.')
-  next_values = policy_values(next_target_q, next_discrete_probs)
-  rewards = entropy_bonus_rewards(rewards, discounts, next_penalty, 1.0)
-  # V(x_0) only enters the (masked) target of a truncated first transition,
-  # so zeros stand in for it.
-  values = tf.concat([tf.zeros_like(next_values[:1]), next_values[:-1]], 0)
-  targets = off_policy.q_targets(rewards, discounts, truncated, values,
-                                 next_values[-1], estimator, lambda_)
-  loss, extra = off_policy.critic_ensemble_loss(
-      q_values, targets.targets, targets.mask, importance_weights)
-  return loss, CriticLossExtra(targets.targets, targets.mask, extra.td_errors,
-                               extra.squared_errors)
-
-
-class ActorLossExtra(NamedTuple):
-  """Pieces of `sac_actor_loss`, `[T, B]` each.
-
-  Attributes:
-    policy_q: the Q value the actor climbs (min over critics).
-    regulariser: log pi - w log prior of the sampled actions.
-  """
-  policy_q: tf.Tensor
-  regulariser: tf.Tensor
-
-
-def sac_actor_loss(q_values, regulariser, alpha, discrete_probs=None):
-  """The SAC actor loss alpha reg - min_i Q_i, per element.
-
-  T is time, B is batch, N critics, A discrete actions.
-
-  Args:
-    q_values: float32 `[N, T, B]`, Q_i(x_t, a_t) at reparameterised policy
-      actions, or `[N, T, B, A]` with `discrete_probs` (mixed actions).
-    regulariser: float32 `[T, B]`, log pi(a_t|x_t) - w log prior(a_t|x_t)
-      of the same actions (carries the actor's gradient).
-    alpha: float32 scalar temperature (gradients stopped).
-    discrete_probs: float32 `[T, B, A]`, the discrete policy (gradients
-      stopped); the Q taken is sum_a p(a) min_i Q_i(., a).
-
-  Returns:
-    (loss float32 `[T, B]`, `ActorLossExtra`).
-  """
-  q_values = tf.convert_to_tensor(q_values, tf.float32)
-  rank = 4 if discrete_probs is not None else 3
-  if q_values.shape.rank != rank:
-    raise ValueError(f'sac_actor_loss: q_values must have rank {rank}, got '
-                     f'shape {q_values.shape}.')
-  if tf.convert_to_tensor(regulariser).shape.rank != 2:
-    raise ValueError('sac_actor_loss: regulariser must be [T, B].')
-  q = tf.reduce_min(q_values, axis=0)
-  if discrete_probs is not None:
-    q = tf.reduce_sum(tf.stop_gradient(discrete_probs) * q, axis=-1)
-  loss = tf.stop_gradient(alpha) * regulariser - q
-  return loss, ActorLossExtra(q, regulariser)
-
-
-class AlphaLossExtra(NamedTuple):
-  """Pieces of `sac_alpha_loss`, `[T, B]`.
-
-  Attributes:
-    entropy_gap: -reg - target, positive when the policy is more random
-      than the target (alpha then falls).
-  """
-  entropy_gap: tf.Tensor
-
-
-def sac_alpha_loss(log_alpha, regulariser, target_entropy):
-  """Temperature loss log_alpha (-reg - target), per element.
-
-  Its gradient lowers alpha while the entropy (or -KL to the prior) exceeds
-  the target and raises it otherwise.
-
-  Args:
-    log_alpha: float32 scalar variable or tensor.
-    regulariser: float32 `[T, B]`, log pi - w log prior (gradients
-      stopped here).
-    target_entropy: python float.
-
-  Returns:
-    (loss float32 `[T, B]`, `AlphaLossExtra`).
-  """
-  regulariser = tf.convert_to_tensor(regulariser, tf.float32)
-  if regulariser.shape.rank != 2:
-    raise ValueError('sac_alpha_loss: regulariser must be [T, B], got shape '
-                     f'{regulariser.shape}.')
-  gap = tf.stop_gradient(-regulariser - target_entropy)
-  return log_alpha * gap, AlphaLossExtra(gap)
-
-
-def policy_values(target_q_values, discrete_probs=None):
-  """Target value of the policy's actions: min_i Q_i, expected under the
-  discrete policy when given.
-
-  Args:
-    target_q_values: float32 `[N, T, B]` or `[N, T, B, A]`.
-    discrete_probs: float32 `[T, B, A]` (with 4-d q values).
-
-  Returns:
-    float32 `[T, B]`, gradients stopped.
-  """
-  q = tf.reduce_min(target_q_values, axis=0)
-  if discrete_probs is not None:
-    q = tf.reduce_sum(discrete_probs * q, axis=-1)
-  return tf.stop_gradient(q)
-
-
-def discrete_regulariser(logits, log_prior=None, prior_weight=0.0):
-  """Exact E_pi[log pi - w log prior] of a categorical policy.
-
-  Args:
-    logits: float32 `[..., A]`.
-    log_prior: float32 `[..., A]` or None.
-    prior_weight: w.
-
-  Returns:
-    (regulariser float32 `[...]`, probabilities `[..., A]`).
-  """
-  log_probs = tf.nn.log_softmax(logits)
-  probs = tf.exp(log_probs)
-  inner = log_probs
-  if log_prior is not None:
-    inner = inner - prior_weight * log_prior
-  return tf.reduce_sum(probs * inner, axis=-1), probs
-
-
-def default_target_entropy(head) -> float:
-  """-1 per [-1, 1]-scaled continuous entry (in env units: log h - 1 each);
-  DISCRETE_ENTROPY_RATIO x log A for a discrete head."""
-  if isinstance(head, types.DiscreteSpec):
-    return DISCRETE_ENTROPY_RATIO * math.log(head.num_values)
-  size = int(np.prod(head.shape, dtype=np.int64))
-  return size * (math.log((head.maximum - head.minimum) / 2.0) - 1.0)
-
-
-def target_entropies(config: SACConfig, action_spec):
-  """{'discrete': float, 'continuous': float} for the parts that exist.
-
-  Raises:
-    ValueError: a pair for non-mixed actions, or a malformed value.
-  """
-  layout = off_policy.ActionLayout(action_spec, 'SAC')
-  parts = {}
-  if layout.discrete_key is not None:
-    parts['discrete'] = [layout.discrete_spec]
-  if layout.continuous_size:
-    parts['continuous'] = list(layout.specs.values())
-  value = config.target_entropy
-  if value is None and config.prior_actor:
-    dims = lambda specs: sum(
-        1 if isinstance(s, types.DiscreteSpec) else int(np.prod(s.shape))
-        for s in specs)
-    return {k: -config.target_kld_per_dim * dims(v) for k, v in parts.items()}
-  if value is None or callable(value):
-    fn = value or default_target_entropy
-    return {k: float(sum(fn(s) for s in v)) for k, v in parts.items()}
-  if isinstance(value, (tuple, list)):
-    if len(parts) != 2 or len(value) != 2:
-      raise ValueError(
-          'target_entropy: a (discrete, continuous) pair needs mixed '
-          f'actions, got {value!r} for parts {sorted(parts)}.')
-    return {'discrete': float(value[0]), 'continuous': float(value[1])}
-  try:
-    return {k: float(value) for k in parts}
-  except (TypeError, ValueError) as e:
-    raise ValueError('target_entropy must be None, a float, a callable or '
-                     f'a pair, got {value!r}.') from e
+    sac_losses.target_entropies(config, spec.action_spec)  # Its form.
 
 
 # --- Networks and policy ------------------------------------------------------
@@ -524,12 +157,12 @@ class SACAgent(snt.Module):
     rng: the sampling Generator.
   """
 
-  def __init__(self, spec, layout: off_policy.ActionLayout, hidden_sizes,
+  def __init__(self, spec, layout: networks.ActionLayout, hidden_sizes,
                num_critics: int, init_rng: np.random.Generator, seed: int,
                initial_alpha: float, name='agent'):
     super().__init__(name=name)
     w_init = initializers.SeededFanIn(init_rng)
-    obs_size = off_policy.observation_size(spec)
+    obs_size = networks.observation_size(spec)
     with self.name_scope:
       self.rng = tf.random.Generator.from_seed(seed)
       self.random_actions = tf.Variable(1.0, trainable=False,
@@ -543,14 +176,13 @@ class SACAgent(snt.Module):
             math.log(initial_alpha), name='log_alpha_continuous')
     self.actor = None
     if layout.continuous_size:
-      self.actor = off_policy.MLP(hidden_sizes, 2 * layout.continuous_size,
-                                  w_init, name='actor')
+      self.actor = networks.MLP(hidden_sizes, 2 * layout.continuous_size,
+                                w_init, name='actor')
       self.actor(tf.zeros([1, obs_size]))
     self.critics = None
     if layout.discrete_key is not None:
-      self.critics = off_policy.CriticEnsemble(
-          num_critics, obs_size + layout.continuous_size, hidden_sizes,
-          layout.num_discrete, init_rng, name='critics')
+      self.critics = networks.make_critics(
+          num_critics, spec, layout, hidden_sizes, init_rng, 'critics')
 
 
 class SACPolicy(off_policy.OffPolicyPolicy):
@@ -580,26 +212,18 @@ class SACPolicy(off_policy.OffPolicyPolicy):
                     self._init_rng, seed, initial_alpha)
 
   def _build_learner(self):
-    c, layout = self.config, self.layout
-    self.agent.random_actions.assign(
-        1.0 if c.random_actions_until_start else 0.0)
-    obs_size = off_policy.observation_size(self.spec)
-    in_size = obs_size + layout.continuous_size
-    out_size = layout.num_discrete or 1
+    c = self.config
     if self.agent.critics is not None:
       self.critics = self.agent.critics
     else:
-      self.critics = off_policy.CriticEnsemble(
-          c.num_critics, in_size, self._hidden_sizes, out_size,
-          self._init_rng, name='critics')
-    self.target_critics = off_policy.CriticEnsemble(
-        c.num_critics, in_size, self._hidden_sizes, out_size, self._init_rng,
-        name='target_critics')
-    self.target_updater = off_policy.TargetUpdater(
+      self.critics = self._make_critics('critics')
+    self.target_critics = self._make_critics('target_critics')
+    self.target_updater = networks.TargetUpdater(
         self.critics.trainable_variables,
         self.target_critics.trainable_variables, c.tau,
         c.target_update_period)
-    self.target_entropy = target_entropies(c, self.spec.action_spec)
+    self.target_entropy = sac_losses.target_entropies(c,
+                                                      self.spec.action_spec)
     self.critic_optimizer = off_policy.make_adam(
         c.critic_learning_rate, self.critics.trainable_variables)
     self.actor_optimizer = None
@@ -650,9 +274,9 @@ class SACPolicy(off_policy.OffPolicyPolicy):
     """(pre_tanh, unit action, mean, log_std) for `[M, D]` features."""
     out = self.agent.actor(features)
     mean, raw = tf.split(out, 2, axis=-1)
-    log_std = bounded_log_std(raw)
+    log_std = sac_losses.bounded_log_std(raw)
     noise = self.agent.rng.normal([num_rows, self.layout.continuous_size])
-    pre_tanh, unit = tanh_gaussian_sample(mean, log_std, noise)
+    pre_tanh, unit = sac_losses.tanh_gaussian_sample(mean, log_std, noise)
     return pre_tanh, unit, mean, log_std
 
   def _critic_input(self, features, unit_action):
@@ -670,8 +294,7 @@ class SACPolicy(off_policy.OffPolicyPolicy):
 
   def _act(self, observation):
     layout, agent = self.layout, self.agent
-    features = off_policy.flat_observation(observation,
-                                           self._observation_keys)
+    features = self._features(observation)
     batch = tf.shape(features)[0]
     random = agent.random_actions > 0.5
     action, logits = {}, {}
@@ -684,7 +307,7 @@ class SACPolicy(off_policy.OffPolicyPolicy):
     baseline = tf.zeros([batch], tf.float32)
     if agent.critics is not None:
       q = agent.critics(self._critic_input(features, unit))
-      head_logits = soft_policy_logits(q, self._alpha('discrete'))
+      head_logits = sac_losses.soft_policy_logits(q, self._alpha('discrete'))
       head_logits = tf.where(random, tf.zeros_like(head_logits), head_logits)
       mask = self._mask(observation)
       if mask is not None:
@@ -727,15 +350,13 @@ class SACPolicy(off_policy.OffPolicyPolicy):
 
   # --- Learning ---------------------------------------------------------------
 
-  def _update(self, tr: off_policy.Transitions, weights):
+  def _update(self, tr, weights):
     c, layout, agent = self.config, self.layout, self.agent
-    merge = off_policy.merge_leading
+    merge = networks.merge_leading
     steps_p1, num_segments = tr.first.shape  # L + 1, K (static).
     rows = steps_p1 * num_segments  # M1: every observation.
     taken_rows = (steps_p1 - 1) * num_segments  # M0: every transition.
-    features = off_policy.flat_observation(
-        {k: merge(tr.observation[k]) for k in self._observation_keys},
-        self._observation_keys)
+    features = self._segment_features(tr)
     first = merge(tr.first)
     w_prior = c.prior_kl_weight if c.prior_actor else 0.0
     critic_vars = self.critics.trainable_variables
@@ -756,8 +377,8 @@ class SACPolicy(off_policy.OffPolicyPolicy):
       if agent.actor is not None:
         pre_tanh, unit, mean, log_std = self._continuous_policy(features,
                                                                 rows)
-        log_pi = tanh_gaussian_log_prob(pre_tanh, mean, log_std,
-                                        layout.log_half_range)
+        log_pi = sac_losses.tanh_gaussian_log_prob(pre_tanh, mean, log_std,
+                                                   layout.log_half_range)
         reg = log_pi
         if c.prior_actor:
           prev_unit = merge(layout.env_to_unit(tr.prev_action))
@@ -782,13 +403,14 @@ class SACPolicy(off_policy.OffPolicyPolicy):
       if layout.discrete_key is not None:
         key = layout.discrete_key
         mask = self._mask({k: merge(v) for k, v in tr.observation.items()})
-        logits = tf.stop_gradient(soft_policy_logits(
+        logits = tf.stop_gradient(sac_losses.soft_policy_logits(
             q_new, self._alpha('discrete'), mask))
         log_prior = None
         if c.prior_actor:
           log_prior = self._discrete_log_prior(merge(tr.prev_action[key]),
                                                first, rows)
-        reg_d, probs = discrete_regulariser(logits, log_prior, w_prior)
+        reg_d, probs = sac_losses.discrete_regulariser(logits, log_prior,
+                                                       w_prior)
         regularisers['discrete'] = reg_d
         taken = tf.cast(merge(tr.action[key]), tf.int32)
         q_taken = tf.reduce_sum(
@@ -800,7 +422,7 @@ class SACPolicy(off_policy.OffPolicyPolicy):
       actor_loss = tf.constant(0.0)
       if agent.actor is not None:
         q_actor = q_new if probs is None else q_new[:, :taken_rows]
-        actor_losses, _ = sac_actor_loss(
+        actor_losses, _ = sac_losses.sac_actor_loss(
             critics_time_major(q_actor, steps_p1 - 1),
             time_major(now(regularisers['continuous']), steps_p1 - 1),
             self._alpha('continuous'),
@@ -818,7 +440,7 @@ class SACPolicy(off_policy.OffPolicyPolicy):
         next_probs = time_major(after(probs), steps_p1 - 1)
       penalty = tf.add_n([self._alpha(part) * reg
                           for part, reg in regularisers.items()])
-      critic_losses, critic_extra = sac_critic_loss(
+      critic_losses, critic_extra = sac_losses.sac_critic_loss(
           critics_time_major(q_taken, steps_p1 - 1),
           critics_time_major(q_target, steps_p1 - 1),
           time_major(after(penalty), steps_p1 - 1), tr.reward, tr.discount,
@@ -828,9 +450,9 @@ class SACPolicy(off_policy.OffPolicyPolicy):
       # Temperatures.
       alpha_loss = tf.constant(0.0)
       for part, reg in regularisers.items():
-        losses, _ = sac_alpha_loss(agent.log_alpha[part],
-                                   time_major(now(reg), steps_p1 - 1),
-                                   self.target_entropy[part])
+        losses, _ = sac_losses.sac_alpha_loss(
+            agent.log_alpha[part], time_major(now(reg), steps_p1 - 1),
+            self.target_entropy[part])
         alpha_loss += tf.reduce_mean(losses)
 
     critic_grads, critic_norm = learner_lib.clipped_gradients(
@@ -844,7 +466,6 @@ class SACPolicy(off_policy.OffPolicyPolicy):
           tape, actor_loss, actor_vars, c.clip_grad_norm)
       checks += [actor_loss, actor_norm]
     del tape
-    finite = off_policy.all_finite(checks)
 
     def apply():
       self.critic_optimizer.apply(critic_grads, critic_vars)
@@ -856,16 +477,15 @@ class SACPolicy(off_policy.OffPolicyPolicy):
           v.assign(tf.minimum(v, c.max_log_alpha))
       self.target_updater()
 
-    finite = self._apply_if_finite(finite, apply)
+    applied = self._apply_if_finite(checks, apply)
     mask = critic_extra.mask
     metrics = {
         'loss/critic': critic_loss,
         'loss/alpha': alpha_loss,
         'value/q_mean': tf.reduce_mean(q_taken),
         'value/target_mean': tf.reduce_mean(critic_extra.targets),
-        'value/abs_td_error': tf.reduce_sum(
-            tf.reduce_mean(tf.abs(critic_extra.td_errors), 0) * mask) /
-                              tf.maximum(tf.reduce_sum(mask), 1.0),
+        'value/abs_td_error': off_policy_losses.masked_mean(
+            tf.reduce_mean(tf.abs(critic_extra.td_errors), 0), mask),
         'grad_norm/critic': critic_norm,
     }
     for part in agent.log_alpha:
@@ -881,6 +501,6 @@ class SACPolicy(off_policy.OffPolicyPolicy):
     if c.prior_actor:
       metrics['policy/regulariser'] = tf.add_n(
           [tf.reduce_mean(now(r)) for r in regularisers.values()])
-    priorities = off_policy.segment_priorities(critic_extra.squared_errors,
-                                               mask)
-    return metrics, finite, priorities
+    priorities = off_policy_losses.segment_priorities(
+        critic_extra.squared_errors, mask)
+    return metrics, applied, priorities

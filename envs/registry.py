@@ -1,4 +1,9 @@
-"""`make(name, num_envs, seed, **options)`: the one way to build an env.
+"""Single-task envs: parsing names, and `make(name, num_envs, seed,
+**options)` for one task.
+
+`envs.make` is what users call: it hands a task sequence to
+`envs.multitask` and one task to this module (imports run one way:
+`envs` -> `envs.multitask` -> `envs.registry` -> the families).
 
 Names are `<family>:<game>`: `atari:Pong`, `gym:CartPole-v1`,
 `minatar:Breakout`, `sc2:MoveToBeacon`. Each family module (imported
@@ -12,9 +17,9 @@ truncated) unless `max_env_failures=0`. `max_env_failures` is accepted by
 every family (it has no effect where the family declares no crash
 exceptions) and is not passed on to the family.
 
-A comma-separated name is a task sequence for continual learning
-(`gym:CartPole-v1,gym:Acrobot-v1`): `make` hands it to `envs.multitask`,
-which takes the extra option `task` (the index of the active task).
+A comma-separated name (`SEQUENCE_SEPARATOR`) is a task sequence for
+continual learning (`gym:CartPole-v1,gym:Acrobot-v1`), which
+`envs.multitask` builds from single tasks made here.
 """
 
 import functools
@@ -63,12 +68,12 @@ def parse_name(name: str):
 
 def make(name: str, num_envs: int = 1, seed: int = 0,
          **options) -> batched.BatchedEnv:
-  """Builds `num_envs` environments (seeds seed, seed + 1, ...), batched.
+  """Builds `num_envs` environments of one task (seeds seed, seed + 1,
+  ...), batched.
 
   Args:
     name: '<family>:<game>', family one of 'atari', 'gym', 'minatar',
-      'sc2'; or a comma-separated task sequence of such names (see
-      `envs.multitask`).
+      'sc2' (task sequences: `envs.make`).
     num_envs: batch size B.
     seed: seed of the first environment.
     **options: family options (see each family's `DEFAULT_OPTIONS`) and
@@ -78,11 +83,11 @@ def make(name: str, num_envs: int = 1, seed: int = 0,
     A `BatchedEnv` whose `reset`/`step` return `[B, ...]` StepOutputs.
 
   Raises:
-    ValueError: unknown family, game or option keys.
+    ValueError: a task sequence, an unknown family, game or option keys.
   """
   if SEQUENCE_SEPARATOR in name:
-    multitask = importlib.import_module('envs.multitask')
-    return multitask.make(name, num_envs, seed, **options)
+    raise ValueError(f'{name!r} is a task sequence: envs.make builds '
+                     'sequences, envs.registry.make one task.')
   family, game, module = parse_name(name)
   if int(num_envs) < 1:
     raise ValueError(f'num_envs must be >= 1, got {num_envs}.')

@@ -1,5 +1,6 @@
 """Tests for envs.make: name parsing and the clear ValueErrors."""
 
+import ast
 import os
 import subprocess
 import sys
@@ -7,6 +8,7 @@ import sys
 import pytest
 
 import envs
+from envs import registry
 
 
 @pytest.mark.parametrize('name', ['Pong', 'atary:Pong', 'atari:', ':Pong',
@@ -70,3 +72,44 @@ def test_atari_does_not_import_pysc2():
   result = subprocess.run([sys.executable, '-c', code], cwd=root,
                           capture_output=True, text=True, timeout=60)
   assert result.returncode == 0, result.stderr
+
+
+def test_registry_makes_one_task_and_sequences_go_through_envs_make():
+  with pytest.raises(ValueError, match='task sequence: envs.make builds'):
+    registry.make('gym:CartPole-v1,gym:Acrobot-v1')
+  env = envs.make('gym:CartPole-v1,gym:Acrobot-v1', num_envs=2, task=1)
+  try:
+    assert env.task_name == 'gym:Acrobot-v1'
+    assert env.spec.name == 'gym:CartPole-v1,gym:Acrobot-v1'
+  finally:
+    env.close()
+
+
+def _envs_imports(module_name):
+  """The envs modules a module of envs imports (read from its source)."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  path = os.path.join(root, 'envs', module_name + '.py')
+  with open(path) as f:
+    tree = ast.parse(f.read(), filename=path)
+  found = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      found |= {a.name for a in node.names if a.name.startswith('envs')}
+    elif isinstance(node, ast.ImportFrom) and node.module and (
+        node.module.split('.')[0] == 'envs'):
+      found |= {f'{node.module}.{a.name}' if node.module == 'envs' else
+                node.module for a in node.names}
+    elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+        node.value.startswith('envs.')):
+      found.add(node.value)  # importlib.import_module('envs.x')
+  return found
+
+
+def test_imports_run_one_way_envs_multitask_registry_families():
+  registry_imports = _envs_imports('registry')
+  assert 'envs.multitask' not in registry_imports
+  assert 'envs.multitask' in _envs_imports('__init__')
+  assert 'envs.registry' in _envs_imports('multitask')
+  # The families' modules, imported by name when a name asks for them.
+  assert {'envs.atari', 'envs.gym_env', 'envs.minatar',
+          'envs.sc2'} <= registry_imports

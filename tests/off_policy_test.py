@@ -1,4 +1,6 @@
-"""Tests of clear.off_policy: critics, actions, targets, segments, losses."""
+"""Tests of the machinery SAC and DDPG share: clear.off_policy_networks
+(critics, actions, target networks), off_policy_losses (Q targets, critic
+loss, priorities), off_policy_replay (segments) and off_policy_config."""
 
 import collections
 
@@ -7,7 +9,10 @@ import pytest
 import tensorflow as tf
 import tree
 
-from clear import off_policy
+from clear import off_policy_config
+from clear import off_policy_losses
+from clear import off_policy_networks
+from clear import off_policy_replay
 from clear import replay
 from clear import types
 
@@ -26,8 +31,8 @@ def _spec(action_spec, observation=((3,),)):
 
 
 def test_critic_ensemble_is_n_independent_mlps():
-  critics = off_policy.CriticEnsemble(N, 5, [7, 6], 2,
-                                      np.random.default_rng(0))
+  critics = off_policy_networks.CriticEnsemble(N, 5, [7, 6], 2,
+                                               np.random.default_rng(0))
   x = np.random.RandomState(1).randn(9, 5).astype(np.float32)
   out = critics(x).numpy()
   assert out.shape == (N, 9, 2)
@@ -45,15 +50,15 @@ def test_critic_ensemble_is_n_independent_mlps():
                              rtol=1e-5, atol=1e-6)
   # Critics start different (own seeds) and are seeded.
   assert not np.allclose(out[0], out[1])
-  again = off_policy.CriticEnsemble(N, 5, [7, 6], 2,
-                                    np.random.default_rng(0))
+  again = off_policy_networks.CriticEnsemble(N, 5, [7, 6], 2,
+                                             np.random.default_rng(0))
   np.testing.assert_array_equal(again(x).numpy(), out)
   with pytest.raises(ValueError, match='CriticEnsemble'):
     critics(x[0])
 
 
 def test_action_layout_maps_heads_to_the_unit_box_and_back():
-  layout = off_policy.ActionLayout(collections.OrderedDict(
+  layout = off_policy_networks.ActionLayout(collections.OrderedDict(
       a=types.ContinuousSpec((2,), -2.0, 2.0),
       b=types.DiscreteSpec(4),
       c=types.ContinuousSpec((), 0.0, 10.0)))
@@ -76,13 +81,14 @@ def test_action_layout_maps_heads_to_the_unit_box_and_back():
 
 def test_action_layout_rejects_two_discrete_heads():
   with pytest.raises(ValueError, match='at most one discrete.*step_mul'):
-    off_policy.ActionLayout({'a': types.DiscreteSpec(2),
-                             types.STEP_MUL_KEY: types.DiscreteSpec(4)})
+    off_policy_networks.ActionLayout({
+        'a': types.DiscreteSpec(2),
+        types.STEP_MUL_KEY: types.DiscreteSpec(4)})
 
 
 def test_image_observations_are_rejected():
   with pytest.raises(ValueError, match='rank-0/1'):
-    off_policy.observation_keys(_spec({'a': types.DiscreteSpec(2)},
+    off_policy_networks.observation_keys(_spec({'a': types.DiscreteSpec(2)},
                                       observation=((4, 4, 1),)))
 
 
@@ -97,7 +103,8 @@ def _variables(seed, shapes=((3, 2), (2,))):
 @pytest.mark.parametrize('compiled', [False, True])
 def test_soft_updates_follow_tau_and_period(compiled):
   online, target = _variables(0), _variables(1)
-  updater = off_policy.TargetUpdater(online, target, tau=0.1, period=3)
+  updater = off_policy_networks.TargetUpdater(online, target, tau=0.1,
+                                              period=3)
   # Construction copies the online weights.
   for o, t in zip(online, target):
     np.testing.assert_array_equal(o.numpy(), t.numpy())
@@ -117,7 +124,8 @@ def test_soft_updates_follow_tau_and_period(compiled):
 
 def test_tau_one_is_a_hard_copy():
   online, target = _variables(0), _variables(1)
-  updater = off_policy.TargetUpdater(online, target, tau=1.0, period=1)
+  updater = off_policy_networks.TargetUpdater(online, target, tau=1.0,
+                                              period=1)
   for v in online:
     v.assign(tf.random.stateless_normal(v.shape, [1, 2]))
   updater()
@@ -130,13 +138,13 @@ def test_tau_one_is_a_hard_copy():
     (dict(tau=0.1, period=0), 'period')])
 def test_target_updater_rejects_bad_settings(kwargs, match):
   with pytest.raises(ValueError, match=match):
-    off_policy.TargetUpdater(_variables(0), _variables(1), **kwargs)
+    off_policy_networks.TargetUpdater(_variables(0), _variables(1), **kwargs)
 
 
 def test_target_updater_rejects_mismatched_variables():
   with pytest.raises(ValueError, match='does not match'):
-    off_policy.TargetUpdater(_variables(0), _variables(1, ((2, 3), (2,))),
-                             0.5, 1)
+    off_policy_networks.TargetUpdater(
+        _variables(0), _variables(1, ((2, 3), (2,))), 0.5, 1)
 
 
 # --- Q targets and critic loss ------------------------------------------------
@@ -182,8 +190,8 @@ def _q_inputs(seed):
 @pytest.mark.parametrize('compiled', [False, True])
 def test_q_targets_match_numpy(estimator, lam, compiled):
   inputs = _q_inputs(3)
-  fn = lambda **kw: off_policy.q_targets(estimator=estimator, lambda_=lam,
-                                         **kw)
+  fn = lambda **kw: off_policy_losses.q_targets(estimator=estimator,
+                                                lambda_=lam, **kw)
   if compiled:
     fn = tf.function(fn)
   out = fn(**inputs)
@@ -199,7 +207,7 @@ def test_q_targets_match_numpy(estimator, lam, compiled):
 
 def test_q_targets_never_bootstrap_across_a_termination():
   # One column: reward 1 each step, termination at t = 1, values 100.
-  out = off_policy.q_targets(np.ones([3, 1], np.float32),
+  out = off_policy_losses.q_targets(np.ones([3, 1], np.float32),
                              np.array([[0.5], [0.0], [0.5]], np.float32),
                              np.zeros([3, 1], bool),
                              np.full([3, 1], 100.0, np.float32),
@@ -212,7 +220,7 @@ def test_q_targets_have_no_gradient():
   with tf.GradientTape() as tape:
     tape.watch([inputs['values'], inputs['bootstrap_value'],
                 inputs['rewards']])
-    out = off_policy.q_targets(estimator='td_lambda', **inputs)
+    out = off_policy_losses.q_targets(estimator='td_lambda', **inputs)
   grads = tape.gradient(out.targets, [inputs['values'],
                                       inputs['bootstrap_value'],
                                       inputs['rewards']])
@@ -226,12 +234,12 @@ def test_q_targets_check_ranks(bad, match):
   inputs = _q_inputs(0)
   inputs[bad] = inputs[bad][None]
   with pytest.raises(ValueError, match=match):
-    off_policy.q_targets(**inputs)
+    off_policy_losses.q_targets(**inputs)
 
 
 def test_q_targets_reject_vtrace():
   with pytest.raises(ValueError, match='estimator'):
-    off_policy.q_targets(estimator='vtrace', **_q_inputs(0))
+    off_policy_losses.q_targets(estimator='vtrace', **_q_inputs(0))
 
 
 def test_critic_ensemble_loss_matches_numpy_and_stops_target_gradients():
@@ -242,7 +250,8 @@ def test_critic_ensemble_loss_matches_numpy_and_stops_target_gradients():
   weights = rng.uniform(0.2, 1.0, size=B).astype(np.float32)
   with tf.GradientTape(persistent=True) as tape:
     tape.watch([q, targets])
-    loss, extra = off_policy.critic_ensemble_loss(q, targets, mask, weights)
+    loss, extra = off_policy_losses.critic_ensemble_loss(q, targets, mask,
+                                                         weights)
     total = tf.reduce_sum(loss)
   expected = 0.5 * ((targets.numpy()[None] - q.numpy())**2).sum(0)
   np.testing.assert_allclose(loss.numpy(), expected * mask * weights[None],
@@ -256,18 +265,50 @@ def test_critic_ensemble_loss_matches_numpy_and_stops_target_gradients():
       tape.gradient(total, q).numpy(),
       -(targets.numpy()[None] - q.numpy()) * mask * weights, rtol=1e-5)
   with pytest.raises(ValueError, match='critic_ensemble_loss'):
-    off_policy.critic_ensemble_loss(q[0], targets, mask)
+    off_policy_losses.critic_ensemble_loss(q[0], targets, mask)
 
 
 def test_segment_priorities_are_the_rms_of_counted_errors():
   errors = np.array([[1.0, 4.0], [9.0, 16.0], [4.0, 1.0]], np.float32)
   mask = np.array([[1, 1], [1, 0], [0, 0]], np.float32)
   np.testing.assert_allclose(
-      off_policy.segment_priorities(errors, mask).numpy(),
+      off_policy_losses.segment_priorities(errors, mask).numpy(),
       [np.sqrt(5.0), 2.0], rtol=1e-6)
   # A segment with nothing counted gets 0 (the buffer adds its floor).
   np.testing.assert_allclose(
-      off_policy.segment_priorities(errors, np.zeros_like(mask)).numpy(), 0)
+      off_policy_losses.segment_priorities(errors,
+                                           np.zeros_like(mask)).numpy(), 0)
+
+
+@pytest.mark.parametrize('estimator,lam', [('td0', 0.0), ('td_lambda', 0.7)])
+def test_next_state_targets_take_start_values_from_the_transition_before(
+    estimator, lam):
+  inputs = _q_inputs(5)
+  next_values = np.random.RandomState(6).randn(T, B).astype(np.float32)
+  out = off_policy_losses.next_state_targets(
+      inputs['rewards'], inputs['discounts'], inputs['truncated'],
+      next_values, estimator, lam)
+  # V(x_t) = V(x_{t+1}) of transition t - 1; x_0's only enters a truncated
+  # first transition, whose target is masked out.
+  values = np.concatenate([np.zeros([1, B], np.float32), next_values[:-1]])
+  expected = _numpy_q_targets(inputs['rewards'], inputs['discounts'],
+                              inputs['truncated'], values, next_values[-1],
+                              estimator, lam)
+  np.testing.assert_allclose(out.targets.numpy(), expected, rtol=1e-5,
+                             atol=1e-5)
+  np.testing.assert_array_equal(out.mask.numpy(),
+                                1.0 - inputs['truncated'])
+  with pytest.raises(ValueError, match='next_state_targets: next_values'):
+    off_policy_losses.next_state_targets(
+        inputs['rewards'], inputs['discounts'], inputs['truncated'],
+        next_values[0])
+
+
+def test_masked_mean_counts_only_unmasked_entries():
+  values = np.array([[1.0, 2.0], [3.0, 10.0]], np.float32)
+  mask = np.array([[1.0, 0.0], [1.0, 0.0]], np.float32)
+  assert off_policy_losses.masked_mean(values, mask).numpy() == 2.0
+  assert off_policy_losses.masked_mean(values, 0 * mask).numpy() == 0.0
 
 
 # --- Segments -----------------------------------------------------------------
@@ -298,9 +339,10 @@ def _unroll(length, seed, num_actions=3):
 
 def test_transitions_line_up_actions_rewards_and_episode_ends():
   item = _unroll(8, 0)
-  segments = off_policy.segments_from_unrolls(
+  segments = off_policy_replay.segments_from_unrolls(
       tree.map_structure(lambda x: np.stack([x, x]), item))
-  tr = off_policy.transitions(segments, discounting=0.9, reward_scaling=2.0)
+  tr = off_policy_replay.transitions(segments, discounting=0.9,
+                                     reward_scaling=2.0)
   # Time-major: observations [9, 2], transitions [8, 2].
   assert tr.first.shape == (9, 2) and tr.reward.shape == (8, 2)
   # Transition t: action of agent_outputs[t + 1], reward of env_outputs[t +
@@ -327,7 +369,7 @@ def test_sample_segments_cut_windows_of_stored_unrolls():
   items = [_unroll(length, seed) for seed in range(3)]
   for item in items:
     buffer.insert(item)
-  segments, draw = off_policy.sample_segments(buffer, 50, window)
+  segments, draw = off_policy_replay.sample_segments(buffer, 50, window)
   assert segments.reward.shape == (50, window + 1)
   assert draw.slots.max() <= length - window
   for row in range(50):
@@ -376,11 +418,49 @@ class _Config:
 ])
 def test_validate_common_names_the_bad_setting(overrides, match):
   with pytest.raises(ValueError, match=match):
-    off_policy.validate_common(_Config(**overrides), None, 'SAC')
+    off_policy_config.validate_common(_Config(**overrides), None, 'SAC')
 
 
 def test_validate_common_rejects_a_step_mul_head():
   spec = _spec({'a': types.ContinuousSpec((1,), -1.0, 1.0),
                 types.STEP_MUL_KEY: types.DiscreteSpec(4)})
   with pytest.raises(ValueError, match='dynamic step multipliers'):
-    off_policy.validate_common(_Config(), spec, 'SAC')
+    off_policy_config.validate_common(_Config(), spec, 'SAC')
+
+
+# --- Shared config fields -----------------------------------------------------
+
+
+def test_config_class_places_own_fields_and_overrides_defaults():
+  field = off_policy_config.Field
+  cls = off_policy_config.config_class(
+      'TestConfig', __name__, 'A test config.',
+      own_fields={'critic_learning_rate': [field('lr_c', float, 0.5)],
+                  'num_critics': [field('x', int, 3), field('y', str, 'y')]},
+      defaults={'num_critics': 7})
+  shared = [f.name for f in off_policy_config.SHARED_FIELDS]
+  at = shared.index('critic_learning_rate') + 1
+  after = shared.index('num_critics') + 1
+  assert list(cls._fields) == (shared[:at] + ['lr_c'] + shared[at:after] +
+                               ['x', 'y'] + shared[after:])
+  config = cls()
+  assert (config.num_critics, config.lr_c, config.x, config.y) == (
+      7, 0.5, 3, 'y')
+  assert config.tau == 0.005 and config.jit_compile is True
+  assert cls.__module__ == __name__
+  assert 'A test config.' in cls.__doc__
+  with pytest.raises(ValueError, match='no shared field'):
+    off_policy_config.config_class('Bad', __name__, '', {'tau': []})
+  with pytest.raises(ValueError, match='no shared field'):
+    off_policy_config.config_class('Bad', __name__, '', {}, {'nope': 1})
+
+
+def test_every_shared_field_is_described_once():
+  lines = off_policy_config.SHARED_FIELDS_DOC.splitlines()
+  described = []
+  for line in lines:
+    if line.startswith('  ') and not line.startswith('    ') and ':' in line:
+      head = line.split(':')[0]
+      described += [n.split('[')[0].strip() for n in head.split('],')]
+  assert sorted(described) == sorted(
+      f.name for f in off_policy_config.SHARED_FIELDS)

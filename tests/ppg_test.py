@@ -16,6 +16,7 @@ from clear import checkpoint as checkpoint_lib
 from clear import policy as policy_lib
 from clear import ppg
 from clear import ppg_losses
+from clear import ppg_networks
 from clear import run_loop
 from clear import types
 from clear import value_estimators
@@ -260,7 +261,7 @@ def test_losses_reject_bad_ranks(fn, args, message):
 
 
 def test_value_normalizer_tracks_all_values_seen():
-  normalizer = ppg.ValueNormalizer()
+  normalizer = ppg_networks.ValueNormalizer()
   _assert_close(normalizer.normalize(tf.constant([3.0])), [3.0])
   rng = np.random.default_rng(6)
   chunks = [rng.normal(5.0, 3.0, size=n).astype(np.float32)
@@ -278,10 +279,10 @@ def test_value_normalizer_tracks_all_values_seen():
 
 
 def test_value_normalizer_is_checkpointable(tmp_path):
-  normalizer = ppg.ValueNormalizer()
+  normalizer = ppg_networks.ValueNormalizer()
   normalizer.update(np.array([1.0, 2.0, 6.0], np.float32))
   path = tf.train.Checkpoint(n=normalizer).save(str(tmp_path / 'ckpt'))
-  restored = ppg.ValueNormalizer()
+  restored = ppg_networks.ValueNormalizer()
   tf.train.Checkpoint(n=restored).restore(path).assert_consumed()
   for name in ('mean', 'variance', 'count'):
     assert getattr(restored, name).numpy() == getattr(normalizer,

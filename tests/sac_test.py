@@ -1,4 +1,5 @@
-"""Tests of clear.sac: the maths against numpy, dead gradients, the policy."""
+"""Tests of clear.sac and clear.sac_losses: the maths against numpy, dead
+gradients, the policy."""
 
 import collections
 import math
@@ -11,6 +12,7 @@ import tree
 from agents import testing
 from clear import policy as policy_lib
 from clear import sac
+from clear import sac_losses
 from clear import types
 
 T, B, N, A = 4, 3, 2, 5
@@ -30,10 +32,10 @@ def test_tanh_gaussian_log_prob_matches_the_change_of_variables():
   log_std = rng.uniform(-1.0, 0.5, size=(6, 3))
   pre_tanh = mean + np.exp(log_std) * rng.randn(6, 3)
   half_range = np.array([2.0, 0.5, 1.0])
-  got = sac.tanh_gaussian_log_prob(pre_tanh.astype(np.float32),
-                                   mean.astype(np.float32),
-                                   log_std.astype(np.float32),
-                                   np.log(half_range).sum()).numpy()
+  got = sac_losses.tanh_gaussian_log_prob(pre_tanh.astype(np.float32),
+                                          mean.astype(np.float32),
+                                          log_std.astype(np.float32),
+                                          np.log(half_range).sum()).numpy()
   # y = h tanh(u): dy/du = h (1 - tanh(u)^2).
   expected = (_log_normal(pre_tanh, mean, log_std) -
               np.log(half_range * (1 - np.tanh(pre_tanh)**2))).sum(-1)
@@ -45,7 +47,7 @@ def test_tanh_gaussian_density_integrates_to_one_over_the_bounds():
   h, mean, log_std = 3.0, 0.4, -0.3
   y = np.linspace(-h, h, 200001)[1:-1]
   u = np.arctanh(y / h)
-  log_p = sac.tanh_gaussian_log_prob(
+  log_p = sac_losses.tanh_gaussian_log_prob(
       u[:, None].astype(np.float32), np.float32([mean]),
       np.float32([log_std]), np.log(h)).numpy()
   np.testing.assert_allclose(np.trapezoid(np.exp(log_p), y), 1.0, atol=2e-3)
@@ -53,7 +55,8 @@ def test_tanh_gaussian_density_integrates_to_one_over_the_bounds():
 
 def test_tanh_gaussian_log_prob_is_finite_where_tanh_saturates():
   u = np.float32([[-30.0], [25.0]])
-  got = sac.tanh_gaussian_log_prob(u, np.zeros_like(u), np.zeros_like(u))
+  got = sac_losses.tanh_gaussian_log_prob(u, np.zeros_like(u),
+                                          np.zeros_like(u))
   assert np.all(np.isfinite(got.numpy()))
   # log(1 - tanh(u)^2) ~ 2 (log 2 - |u|) for large |u|.
   np.testing.assert_allclose(
@@ -67,7 +70,7 @@ def test_tanh_gaussian_sample_is_reparameterised():
   log_std = tf.Variable([[-0.5, 0.2]])
   noise = tf.constant([[0.7, -1.2]])
   with tf.GradientTape() as tape:
-    pre_tanh, action = sac.tanh_gaussian_sample(mean, log_std, noise)
+    pre_tanh, action = sac_losses.tanh_gaussian_sample(mean, log_std, noise)
   d_mean, d_log_std = tape.gradient(action, [mean, log_std])
   slope = 1 - np.tanh(pre_tanh.numpy())**2
   np.testing.assert_allclose(d_mean.numpy(), slope, rtol=1e-5)
@@ -87,7 +90,7 @@ def test_actor_loss_matches_numpy_and_leaves_alpha_alone():
   log_alpha = tf.Variable(-0.7)
   with tf.GradientTape(persistent=True) as tape:
     tape.watch([q, reg])
-    loss, extra = sac.sac_actor_loss(q, reg, tf.exp(log_alpha))
+    loss, extra = sac_losses.sac_actor_loss(q, reg, tf.exp(log_alpha))
     total = tf.reduce_sum(loss)
   expected = np.exp(-0.7) * reg.numpy() - q.numpy().min(0)
   np.testing.assert_allclose(loss.numpy(), expected, rtol=1e-5)
@@ -109,7 +112,7 @@ def test_mixed_actor_loss_weights_q_by_the_fixed_discrete_policy():
   reg = rng.randn(T, B).astype(np.float32)
   with tf.GradientTape() as tape:
     tape.watch(probs)
-    loss, _ = sac.sac_actor_loss(q, reg, 0.5, discrete_probs=probs)
+    loss, _ = sac_losses.sac_actor_loss(q, reg, 0.5, discrete_probs=probs)
   expected = 0.5 * reg - (probs.numpy() * q.numpy().min(0)).sum(-1)
   np.testing.assert_allclose(loss.numpy(), expected, rtol=1e-5, atol=1e-6)
   assert tape.gradient(loss, probs) is None
@@ -121,7 +124,7 @@ def test_alpha_loss_matches_numpy_and_stops_the_regulariser():
   log_alpha = tf.Variable(0.3)
   with tf.GradientTape(persistent=True) as tape:
     tape.watch(reg)
-    loss, extra = sac.sac_alpha_loss(log_alpha, reg, -1.5)
+    loss, extra = sac_losses.sac_alpha_loss(log_alpha, reg, -1.5)
     total = tf.reduce_mean(loss)
   gap = -reg.numpy() + 1.5
   np.testing.assert_allclose(loss.numpy(), 0.3 * gap, rtol=1e-5)
@@ -174,8 +177,8 @@ def _critic_inputs(seed, discrete):
                                            ('td1', 1.0)])
 def test_critic_loss_matches_numpy(discrete, estimator, lam):
   inputs = _critic_inputs(4, discrete)
-  loss, extra = sac.sac_critic_loss(estimator=estimator, lambda_=lam,
-                                    **inputs)
+  loss, extra = sac_losses.sac_critic_loss(estimator=estimator,
+                                           lambda_=lam, **inputs)
   next_q = inputs['next_target_q'].min(0)
   if discrete:
     next_q = (inputs['next_discrete_probs'] * next_q).sum(-1)
@@ -197,7 +200,7 @@ def test_critic_loss_reaches_only_the_online_critics():
              'next_discrete_probs', 'rewards', 'importance_weights']
   with tf.GradientTape() as tape:
     tape.watch([inputs[k] for k in watched])
-    loss, _ = sac.sac_critic_loss(estimator='td_lambda', **inputs)
+    loss, _ = sac_losses.sac_critic_loss(estimator='td_lambda', **inputs)
   grads = dict(zip(watched, tape.gradient(loss, [inputs[k]
                                                  for k in watched])))
   assert grads['q_values'] is not None
@@ -208,7 +211,7 @@ def test_critic_loss_checks_ranks():
   inputs = _critic_inputs(0, False)
   inputs['next_target_q'] = inputs['next_target_q'][0]
   with pytest.raises(ValueError, match='sac_critic_loss'):
-    sac.sac_critic_loss(**inputs)
+    sac_losses.sac_critic_loss(**inputs)
 
 
 def test_discrete_policy_is_a_softmax_of_min_q_over_alpha():
@@ -216,20 +219,20 @@ def test_discrete_policy_is_a_softmax_of_min_q_over_alpha():
   q = rng.randn(N, B, A).astype(np.float32)
   mask = np.ones([B, A], np.float32)
   mask[0, 1] = 0
-  logits = sac.soft_policy_logits(q, 0.5, mask).numpy()
+  logits = sac_losses.soft_policy_logits(q, 0.5, mask).numpy()
   expected = q.min(0) / 0.5
   np.testing.assert_allclose(logits[mask > 0], expected[mask > 0],
                              rtol=1e-6)
   assert logits[0, 1] < -1e8
-  reg, probs = sac.discrete_regulariser(logits)
+  reg, probs = sac_losses.discrete_regulariser(logits)
   p = probs.numpy()
   assert p[0, 1] == 0.0
   with np.errstate(divide='ignore'):
     entropy = -np.nansum(p * np.where(p > 0, np.log(p), 0), -1)
   np.testing.assert_allclose(reg.numpy(), -entropy, rtol=1e-5)
   # KL to a uniform prior: E[log pi + log A].
-  kl, _ = sac.discrete_regulariser(logits[1:], np.full([B - 1, A],
-                                                      -np.log(A)), 1.0)
+  kl, _ = sac_losses.discrete_regulariser(
+      logits[1:], np.full([B - 1, A], -np.log(A)), 1.0)
   np.testing.assert_allclose(kl.numpy(), -entropy[1:] + np.log(A), rtol=1e-5)
 
 
@@ -245,8 +248,8 @@ MIXED = collections.OrderedDict(move=types.DiscreteSpec(4),
 
 @pytest.mark.parametrize('actions,value,prior,expected', [
     (CONTINUOUS, None, '', {'continuous': 2 * (math.log(2.0) - 1)}),
-    (DISCRETE, None, '', {'discrete': sac.DISCRETE_ENTROPY_RATIO *
-                          math.log(4)}),
+    (DISCRETE, None, '', {'discrete': sac_losses.DISCRETE_ENTROPY_RATIO *
+                                       math.log(4)}),
     (MIXED, -0.5, '', {'discrete': -0.5, 'continuous': -0.5}),
     (MIXED, (0.3, -2.0), '', {'discrete': 0.3, 'continuous': -2.0}),
     (MIXED, lambda s: 1.0, '', {'discrete': 1.0, 'continuous': 1.0}),
@@ -254,7 +257,7 @@ MIXED = collections.OrderedDict(move=types.DiscreteSpec(4),
 ])
 def test_target_entropies(actions, value, prior, expected):
   config = sac.SACConfig(target_entropy=value, prior_actor=prior)
-  got = sac.target_entropies(config, actions)
+  got = sac_losses.target_entropies(config, actions)
   assert got.keys() == expected.keys()
   for k, v in expected.items():
     assert got[k] == pytest.approx(v)
@@ -262,7 +265,8 @@ def test_target_entropies(actions, value, prior, expected):
 
 def test_a_pair_of_target_entropies_needs_mixed_actions():
   with pytest.raises(ValueError, match='pair'):
-    sac.target_entropies(sac.SACConfig(target_entropy=(1.0, 2.0)), DISCRETE)
+    sac_losses.target_entropies(sac.SACConfig(target_entropy=(1.0, 2.0)),
+                                DISCRETE)
 
 
 @pytest.mark.parametrize('overrides,match', [

@@ -1,0 +1,68 @@
+"""What the ports' learners (PPG, SAC, DDPG) guard their steps with.
+
+- `check_rank`: the rank check of a loss input, whose error names the
+  function and the argument;
+- `all_finite` and `apply_if_finite`: a gradient step is applied only when
+  its losses and gradient norms are finite; otherwise nothing changes and
+  the step is counted as skipped;
+- `step_counter`: the int64 counters of frames and steps they checkpoint.
+"""
+
+from typing import Callable, Sequence
+
+import tensorflow as tf
+
+
+def check_rank(fn_name: str, arg_name: str, tensor, rank: int):
+  """Raises ValueError unless `tensor` has rank `rank` (unknown ranks fail).
+
+  Args:
+    fn_name: the function whose input it is, for the message.
+    arg_name: the argument's name, for the message.
+    tensor: a tensor (anything with a `shape`).
+    rank: the rank it must have.
+  """
+  if tensor.shape.rank != rank:
+    raise ValueError(f'{fn_name}: {arg_name} must have rank {rank}, got '
+                     f'shape {tensor.shape}.')
+
+
+def all_finite(values: Sequence) -> tf.Tensor:
+  """Bool scalar: every tensor in `values` is finite everywhere."""
+  checks = [tf.reduce_all(tf.math.is_finite(tf.cast(v, tf.float32)))
+            for v in values]
+  return tf.reduce_all(tf.stack(checks))
+
+
+def apply_if_finite(finite, apply_fn: Callable[[], None],
+                    num_steps: tf.Variable,
+                    num_skipped_steps: tf.Variable) -> tf.Tensor:
+  """Runs `apply_fn` and counts a step, or counts a skipped one.
+
+  Works eagerly and inside `tf.function`.
+
+  Args:
+    finite: bool scalar, whether the step's numbers are all finite.
+    apply_fn: applies the step (its return value is ignored).
+    num_steps: int64 variable, incremented when the step is applied.
+    num_skipped_steps: int64 variable, incremented when it is not.
+
+  Returns:
+    Bool scalar: the step was applied (= `finite`).
+  """
+
+  def apply():
+    apply_fn()
+    num_steps.assign_add(1)
+    return tf.constant(True)
+
+  def skip():
+    num_skipped_steps.assign_add(1)
+    return tf.constant(False)
+
+  return tf.cond(finite, apply, skip)
+
+
+def step_counter(name: str) -> tf.Variable:
+  """A non-trainable int64 variable starting at 0."""
+  return tf.Variable(0, dtype=tf.int64, trainable=False, name=name)
