@@ -17,7 +17,10 @@ one message saying what to do.
 Next to the checkpoints, `run.json` records what the checkpoint was made
 for (env, algorithm, network); resuming into something else fails with one
 clear message instead of a shape error deep in TensorFlow. Test mode and
-`--init_from` read it to rebuild the same network. Nothing in a logdir is
+`--init_from` read it to rebuild the same network. It is checked
+(`verify_run_identity`) before anything is restored and written
+(`write_run_identity`, atomically) only once a start is accepted, so a
+refused command never changes it. Nothing in a logdir is
 ever unpickled: checkpoints are TF's own format and the rest JSON.
 """
 

@@ -577,6 +577,25 @@ def minatar_run(tmp_path_factory):
   return logdir
 
 
+def test_a_signal_before_the_run_starts_stops_it_and_writes_nothing(
+    minatar_run, tmp_path):
+  logdir = copy_of(minatar_run, tmp_path)
+  before = files_of(logdir)
+  process = start(f'--logdir={logdir}', '--env=minatar:Breakout',
+                  *RUN_FLAGS[1:], '--total_environment_frames=1000000')
+  # Then it checks and restores the run, and imports MinAtar (whose import
+  # swallows a KeyboardInterrupt): nothing is written until that is done.
+  lines = read_until(process, r'Learner on')
+  time.sleep(0.3)  # On a 2-core machine, about when MinAtar is imported.
+  process.send_signal(signal.SIGTERM)
+  output, _ = process.communicate(timeout=120)
+  output = ''.join(lines) + output
+  assert process.returncode == 128 + signal.SIGTERM, output[-3000:]
+  assert 'Interrupted before the run started: nothing was written.' in output
+  assert 'Traceback' not in output and 'Saved checkpoint' not in output
+  assert files_of(logdir) == before
+
+
 def test_ctrl_c_while_test_mode_imports_minatar_stops_it(minatar_run,
                                                          tmp_path):
   logdir = copy_of(minatar_run, tmp_path)
@@ -585,6 +604,7 @@ def test_ctrl_c_while_test_mode_imports_minatar_stops_it(minatar_run,
   # The env's packages (MinAtar, whose import swallows a Ctrl-C) load
   # right after the run's settings are read.
   lines = read_until(process, r'Settings from')
+  time.sleep(0.3)  # On a 2-core machine, about when MinAtar is imported.
   os.killpg(process.pid, signal.SIGINT)
   output, _ = process.communicate(timeout=120)
   output = ''.join(lines) + output

@@ -124,6 +124,7 @@ def test_sc2_without_the_game_says_how_to_install_it(tmp_path):
   assert result.returncode == 2
   assert 'SC2PATH' in result.stderr and 'StarCraft II' in result.stderr
   assert 'Traceback' not in result.stderr
+  assert sorted(os.listdir(tmp_path)) == []  # A refused run writes nothing.
 
 
 def test_unknown_game_gives_one_message_and_no_traceback(tmp_path):
