@@ -8,7 +8,8 @@ the right one:
   2 `main`: IMPALA-CLEAR updates until `total_environment_frames`.
 
 Everything the run writes lives under `logdir`: TensorBoard event files,
-`checkpoints/`, `run.json` and, in test mode, `test_results.json`.
+`checkpoints/`, `run.json` and, in test mode, `test_results.json`; while it
+runs, `.run.lock` keeps a second run out (`clear.run_lock`).
 Checkpoint N (`checkpoints/ckpt-N`) has a folder `checkpoints/state-N` with
 the replay buffers, the unrolls not yet learned from, the episode
 statistics and, for inline actors, the actors themselves (env states, last

@@ -240,7 +240,7 @@ def test_a_reservoir_shrunk_on_restore_keeps_a_uniform_sample(tmp_path):
   # 10 of 40 unrolls stored; restored into 4, each of the 40 must then be
   # kept with chance 4 / 40, as by a reservoir that always had 4.
   counts = np.zeros(40)
-  trials = 400
+  trials = 200
   for trial in range(trials):
     saved = replay.ReplayBuffer(10, 'reservoir', seed=trial)
     for uid in range(40):
@@ -254,8 +254,9 @@ def test_a_reservoir_shrunk_on_restore_keeps_a_uniform_sample(tmp_path):
     if trial == 0:
       assert_items_are_their_originals(restored)
       assert restored.num_seen == 40
-  # Binomial sd of a frequency of 0.1 over 400 trials: 0.015.
-  np.testing.assert_allclose(counts / trials, 4 / 40, atol=0.065)
+  # Binomial sd of a frequency of 0.1 over 200 trials: 0.021.
+  np.testing.assert_allclose(counts / trials, 4 / 40, atol=0.08)
+  # Early and late unrolls alike.
   assert abs((counts[:20] - counts[20:]).mean()) / trials < 0.03
   # Grown, it keeps everything it held.
   restored = replay.ReplayBuffer(16, 'reservoir')
