@@ -1213,8 +1213,24 @@ def _main(argv) -> int:
   return 0
 
 
+def _exit_now(code: int):
+  """A handler for signals that come once the work is done: the program
+  ends at once, with the status it was ending with."""
+  def handle(signum, frame):
+    del signum, frame
+    os._exit(code)  # pylint: disable=protected-access
+  for sig in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(sig, handle)
+
+
 def main(argv):
   """Runs the binary; every expected failure ends in one message."""
+  code = _main_once(argv)
+  _exit_now(code)  # A late signal must not change the exit status.
+  return code
+
+
+def _main_once(argv):
   global _STOP
   _STOP = StopSignal()
   py_logging.getLogger().setLevel(py_logging.INFO)
