@@ -17,7 +17,10 @@ one message saying what to do.
 Next to the checkpoints, `run.json` records what the checkpoint was made
 for (env, algorithm, network); resuming into something else fails with one
 clear message instead of a shape error deep in TensorFlow. Test mode and
-`--init_from` read it to rebuild the same network. Nothing in a logdir is
+`--init_from` read it to rebuild the same network. It is checked
+(`verify_run_identity`) before anything is restored and written
+(`write_run_identity`, atomically) only once a start is accepted, so a
+refused command never changes it. Nothing in a logdir is
 ever unpickled: checkpoints are TF's own format and the rest JSON.
 """
 
@@ -76,41 +79,113 @@ def read_run_identity(location: str) -> Optional[Dict[str, object]]:
   return saved
 
 
-def check_run_identity(directory: str, identity: Dict[str, object],
-                       settings: Optional[Dict[str, object]] = None):
-  """Writes `identity` on a new run; on resume checks it did not change.
+def _as_json(value):
+  """`value` as JSON would read it back; values JSON cannot hold (e.g. an
+  injected env factory) compare by repr."""
+  return json.loads(json.dumps(value, default=repr, sort_keys=True))
 
-  `settings` (learner settings a resume may change, such as the batch size)
-  go into run.json under SETTINGS_KEY, replaced on every start, so the file
-  holds the ones the run last ran with.
+
+def verify_run_identity(directory: str, identity: Dict[str, object]
+                        ) -> Optional[Dict[str, object]]:
+  """Checks that the run.json in `directory`, if any, records `identity`;
+  writes nothing.
+
+  Returns:
+    The run.json's contents, or None when there is none.
 
   Raises:
-    CheckpointError: naming the fields that differ.
+    CheckpointError: naming the fields that differ, or an unreadable file.
   """
-  os.makedirs(directory, exist_ok=True)
-  # Values JSON cannot hold (e.g. an injected env factory) compare by repr.
-  identity, settings = json.loads(json.dumps((identity, settings),
-                                             default=repr, sort_keys=True))
+  identity = _as_json(identity)
   saved = read_run_identity(directory)
+  if saved is None:
+    return None
+  diffs = {k: (saved.get(k), v) for k, v in identity.items()
+           if saved.get(k) != v}
+  if diffs:
+    described = ', '.join(f'{k}: checkpoint has {a!r}, flags say {b!r}'
+                          for k, (a, b) in sorted(diffs.items()))
+    raise CheckpointError(
+        f'The logdir {directory} holds a run made with other settings '
+        f'({described}). Use a new --logdir or the original flags.')
+  return saved
+
+
+def write_run_identity(directory: str, identity: Dict[str, object],
+                       settings: Optional[Dict[str, object]] = None):
+  """Records `identity` (and `settings`) in the run.json of `directory`.
+
+  `settings` (learner settings a resume may change, such as the batch size)
+  go under SETTINGS_KEY, replaced on every start, so the file holds the
+  ones the run last ran with; an identity already recorded is kept as it
+  is. The file is replaced atomically (a temporary file, then a rename),
+  and not rewritten when nothing changes.
+
+  Raises:
+    CheckpointError: run.json records another identity.
+  """
+  saved = verify_run_identity(directory, identity)
+  identity, settings = _as_json((identity, settings))
   if saved is not None:
-    diffs = {k: (saved.get(k), v) for k, v in identity.items()
-             if saved.get(k) != v}
-    if diffs:
-      described = ', '.join(f'{k}: checkpoint has {a!r}, flags say {b!r}'
-                            for k, (a, b) in sorted(diffs.items()))
-      raise CheckpointError(
-          f'The logdir {directory} holds a run made with other settings '
-          f'({described}). Use a new --logdir or the original flags.')
     if settings is None or saved.get(SETTINGS_KEY) == settings:
       return
     identity = saved  # Keeps what the run recorded beside its identity.
   record = (identity if settings is None
             else {**identity, SETTINGS_KEY: settings})
+  os.makedirs(directory, exist_ok=True)
   path = os.path.join(directory, RUN_FILE)
-  tmp = path + '.tmp'
-  with open(tmp, 'w') as f:
-    json.dump(record, f, indent=2, sort_keys=True)
-  os.replace(tmp, path)
+  tmp = f'{path}.{os.getpid()}.tmp'
+  try:
+    with open(tmp, 'w') as f:
+      json.dump(record, f, indent=2, sort_keys=True)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
+
+
+def check_run_identity(directory: str, identity: Dict[str, object],
+                       settings: Optional[Dict[str, object]] = None):
+  """Writes `identity` on a new run; on resume checks it did not change
+  (`verify_run_identity`, then `write_run_identity`).
+
+  Raises:
+    CheckpointError: naming the fields that differ.
+  """
+  write_run_identity(directory, identity, settings)
+
+
+def check_fresh_start(logdir: str, saved_identity) -> None:
+  """Called when `logdir` has no checkpoint to resume: refuses to start
+  over a `checkpoints/state-N` left without its checkpoint (the first save
+  would delete it), and warns when run.json (`saved_identity`, or None)
+  says a run started there before.
+
+  Raises:
+    CheckpointError: naming the orphaned folders and what to do.
+  """
+  directory = os.path.join(logdir, 'checkpoints')
+  orphans = sorted(
+      (name for name in (os.listdir(directory) if os.path.isdir(directory)
+                         else ())
+       if re.fullmatch(r'state-\d+', name) and
+       os.path.isdir(os.path.join(directory, name))),
+      key=lambda name: int(name.split('-')[1]))
+  if orphans:
+    raise CheckpointError(
+        f'{directory} holds {", ".join(orphans)} (replay and run state) but '
+        'no checkpoint: the ckpt-N files are gone, so the run cannot be '
+        'resumed, and starting over would delete that state. Put the '
+        'checkpoint files back to resume it; to start again from frame 0, '
+        f'move {directory} away first (or use a new --logdir).')
+  if saved_identity is not None:
+    logging.warning(
+        '%s holds the run.json of an earlier start but no checkpoint (none '
+        'was written, or they were removed): this run starts from frame 0, '
+        'beside the earlier event files.', logdir)
 
 
 def checkpoint_number(path: str) -> int:
@@ -281,7 +356,15 @@ class Checkpointer:
           f'Cannot restore {path}: it was written for a different network '
           f'or algorithm ({_first_line(e)}).') from e
     logging.info('Restored checkpoint %s', path)
+    self._status = status
     return path
+
+  def expect_partial(self):
+    """The restored checkpoint's values for objects never created (e.g.
+    optimizer slots of a run that makes no update) are not needed: TF then
+    does not list them when the objects are collected."""
+    if getattr(self, '_status', None) is not None:
+      self._status.expect_partial()
 
   @property
   def next_number(self) -> int:

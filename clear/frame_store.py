@@ -33,7 +33,7 @@ channel-last stacks in one `cv2.merge` (a SIMD interleave, about a
 Shapes: T + 1 steps per unroll, frames H x W, stack depth K.
 """
 
-from typing import Dict, NamedTuple, Optional, Sequence
+from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
 import cv2
 import numpy as np
@@ -163,6 +163,34 @@ class FrameStore:
     self._regular = np.zeros([capacity], bool)
     self._spill: Dict[int, np.ndarray] = {}
     self._regular_table = regular_table(num_steps, depth)
+
+  @staticmethod
+  def planned_nbytes(capacity: int, shape: Sequence[int]) -> Tuple[int, int]:
+    """What a store of `capacity` unrolls of stacks `shape` (`(T + 1, H, W,
+    K)`) allocates, without allocating it: (bytes of the planes, which a
+    path puts on disk; bytes of the tables and flags, always in memory).
+    Spilled planes (never for Atari) come on top."""
+    num_steps, height, width, depth = (int(n) for n in shape)
+    planes = capacity * (num_steps + depth - 1) * height * width
+    table_item = np.min_scalar_type(num_steps * depth - 1).itemsize
+    return planes, capacity * (num_steps * depth * table_item + 1)
+
+  @staticmethod
+  def subset_arrays(arrays: Dict[str, np.ndarray], keep) -> Dict[
+      str, np.ndarray]:
+    """The `arrays` (as `arrays(size)` gives) of the slots `keep` (int
+    `[k]`, ascending or not), renumbered 0..k-1 in that order; memory-mapped
+    planes are read only where kept."""
+    keep = np.asarray(keep, np.int64)
+    owners = np.asarray(arrays['spill_slots'])
+    new_slot = np.full([len(arrays['table'])], -1, np.int64)
+    new_slot[keep] = np.arange(len(keep))
+    rows = [np.flatnonzero(owners == old) for old in keep.tolist()]
+    rows = np.concatenate(rows) if rows else np.zeros([0], np.int64)
+    return {'planes': np.asarray(arrays['planes'][keep]),
+            'table': np.asarray(arrays['table'])[keep],
+            'spill': np.asarray(arrays['spill'])[rows],
+            'spill_slots': new_slot[owners[rows]].astype(np.int64)}
 
   @property
   def nbytes(self) -> int:

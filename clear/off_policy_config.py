@@ -204,6 +204,12 @@ def validate_common(config, spec: Optional[types.EnvSpec], algorithm: str):
   if c.learning_starts < 0:
     raise ValueError(
         f'learning_starts must be >= 0, got {c.learning_starts}.')
+  held = max(1, c.replay_capacity // c.unroll_length) * c.unroll_length
+  if c.learning_starts > held:
+    raise ValueError(
+        f'learning_starts ({c.learning_starts} transitions) exceeds the '
+        f'{held} that replay_capacity={c.replay_capacity} holds (whole '
+        f'unrolls of {c.unroll_length}): learning would never start.')
   if not c.updates_per_step > 0:
     raise ValueError(
         f'updates_per_step must be > 0, got {c.updates_per_step}.')

@@ -58,6 +58,7 @@ from absl import flags
 import numpy as np
 
 from clear import continual
+from clear import run_lock
 from clear import continual_metrics as metrics_lib
 from clear import events
 from clear import seed_stats
@@ -663,11 +664,31 @@ def _frame_counts(texts: Sequence[str], flag: str = '--at_frames'
   return counts
 
 
+def say_if_live(logdirs: Sequence[str]) -> List[str]:
+  """Notes (printed to stderr, and returned) for the logdirs a live training
+  run holds (`clear.run_lock`): they are read as they are now."""
+  notes = []
+  for logdir in logdirs:
+    holder = run_lock.live_holder(logdir)
+    if holder is not None:
+      notes.append(f'clear.plot: {logdir} is still training '
+                   f'({holder.describe()}): its curves end where its event '
+                   'files end now.')
+      print(notes[-1], file=sys.stderr)
+  return notes
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}.')
   f = flags.FLAGS
+  # A path flag written --logdir=~/x reaches us with its ~.
+  f.logdir = [os.path.expanduser(logdir) for logdir in f.logdir]
+  for name in ('out', 'summary_out', 'metrics_out', 'baselines', 'table_out',
+               'table_json'):
+    setattr(f, name, os.path.expanduser(getattr(f, name)))
   try:
+    say_if_live(f.logdir)
     runs = load_runs(f.logdir, f.labels, f.tag_prefix, f.train_tag_prefix)
     references = [r for spec in f.reference for r in load_references(spec)]
     baselines = (metrics_lib.read_baselines(f.baselines)

@@ -1,4 +1,4 @@
-"""Records an agent playing one episode as an animated GIF.
+"""Records an agent playing one episode as an animated GIF or an MP4 video.
 
 `python -m clear.train --mode=test --logdir=... --record=pong.gif` plays one
 more episode after the test episodes and writes what the agent saw: for a
@@ -9,11 +9,21 @@ a whole factor (nearest neighbour) so that the GIF is at least
 `MIN_SIZE` pixels on its shorter side. Vector observations (gym's classic
 control) have no picture and are refused with a message.
 
-Needs Pillow (it comes with matplotlib: `pip install "clear-rl[plot]"`).
+The format is the path's extension: `.gif` needs Pillow (it comes with
+matplotlib: `pip install "clear-rl[plot]"`); `.mp4` (H.264) needs imageio
+with its ffmpeg plugin (`pip install imageio imageio-ffmpeg`), which the
+project does not require. `path_problem` checks a path before any episode
+is played: the extension, a writer for it, the folder, and an existing
+file, which is replaced only when asked. The file is written under a
+temporary name beside it and then renamed, so an episode that fails
+leaves whatever was there untouched.
 """
 
 import colorsys
-from typing import NamedTuple
+import importlib
+import os
+import tempfile
+from typing import List, NamedTuple, Optional
 
 import numpy as np
 
@@ -21,13 +31,14 @@ from clear import policy as policy_lib
 from clear import types
 
 MIN_SIZE = 160
+FORMATS = ('.gif', '.mp4')
 
 
 class Recording(NamedTuple):
   """What `record_episode` wrote.
 
   Attributes:
-    path: the GIF.
+    path: the GIF or MP4.
     num_frames: frames in it (the first observation, then one per step).
     episode_return: the undiscounted return of the episode (of the steps
       played, when it was cut at `max_steps`).
@@ -52,6 +63,90 @@ def image_key(spec: types.EnvSpec) -> str:
         f'{"none" if not keys else "several: " + ", ".join(keys)} '
         f'(observations: {", ".join(spec.observation_spec)}).')
   return keys[0]
+
+
+def writer_problem(path: str) -> Optional[str]:
+  """Why this Python cannot write the format of `path`'s extension (what to
+  install), or None."""
+  extension = os.path.splitext(path)[1].lower()
+  needs = {'.gif': [('PIL', 'Pillow: pip install "clear-rl[plot]" (or pip '
+                     'install pillow)')],
+           '.mp4': [('imageio', 'imageio with its ffmpeg plugin: pip install '
+                     'imageio imageio-ffmpeg (or record a .gif)'),
+                    ('imageio_ffmpeg', 'the ffmpeg plugin of imageio: pip '
+                     'install imageio-ffmpeg (or record a .gif)')]}
+  for module, what in needs.get(extension, ()):
+    try:
+      importlib.import_module(module)
+    except ImportError:
+      return f'writing {extension} needs {what}'
+  return None
+
+
+def path_problem(path: str, overwrite: bool = False) -> Optional[str]:
+  """Why a recording cannot be written to `path`, or None: checked before
+  any episode is played. Creates nothing.
+
+  Args:
+    path: the file to write; its extension picks the format (FORMATS).
+    overwrite: an existing file may be replaced.
+  """
+  extension = os.path.splitext(path)[1].lower()
+  if extension not in FORMATS:
+    return ('the format is taken from the extension, which must be .gif or '
+            f'.mp4 (got {extension or "none"!r})')
+  folder = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(folder):
+    return 'its folder does not exist'
+  if os.path.isdir(path):
+    return 'it is a folder'
+  if os.path.lexists(path) and not overwrite:
+    return ('the file exists; pass --record_overwrite to replace it, or '
+            'choose another path')
+  try:
+    with tempfile.TemporaryFile(dir=folder):
+      pass
+  except OSError as e:
+    return f'cannot write in {folder} ({e.strerror or type(e).__name__})'
+  return writer_problem(path)
+
+
+def write_frames(frames: List[np.ndarray], path: str, frame_ms: int = 40):
+  """Writes RGB frames (uint8 `[H, W, 3]`, one size) to `path` as its
+  extension says, atomically: a temporary file beside it, then a rename.
+
+  Raises:
+    ValueError: another extension.
+    ImportError: the format's writer is missing (the message says what to
+      install).
+  """
+  extension = os.path.splitext(path)[1].lower()
+  if extension not in FORMATS:
+    raise ValueError(f'write_frames: {path} does not end in .gif or .mp4.')
+  problem = writer_problem(path)
+  if problem:
+    raise ImportError(f'--record: {problem}.')
+  folder = os.path.dirname(os.path.abspath(path))
+  handle, tmp = tempfile.mkstemp(dir=folder, suffix=extension,
+                                 prefix='.' + os.path.basename(path) + '.')
+  os.close(handle)
+  try:
+    if extension == '.gif':
+      from PIL import Image  # pylint: disable=g-import-not-at-top
+      images = [Image.fromarray(frame) for frame in frames]
+      images[0].save(tmp, format='GIF', save_all=True,
+                     append_images=images[1:], duration=frame_ms, loop=0)
+    else:
+      import imageio  # pylint: disable=g-import-not-at-top
+      # H.264 in yuv420p needs even sides: imageio pads to a multiple of 2.
+      imageio.v2.mimwrite(tmp, frames, format='FFMPEG', fps=1000 / frame_ms,
+                          codec='libx264', macro_block_size=2)
+    os.chmod(tmp, 0o644)  # mkstemp's 0o600 would hide it from others.
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
 
 
 def _palette(num_channels: int) -> np.ndarray:
@@ -90,12 +185,13 @@ def to_rgb(image) -> np.ndarray:
 def record_episode(env, policy: policy_lib.Policy, path: str,
                    max_steps: int = 27_000,
                    frame_ms: int = 40) -> Recording:
-  """Plays one episode of `env` (a batched env of 1) and writes it as a GIF.
+  """Plays one episode of `env` (a batched env of 1) and writes it to
+  `path`, a GIF or an MP4 as its extension says (`write_frames`).
 
   Args:
     env: from `envs.make(..., num_envs=1)`, of the policy's spec.
     policy: an acting policy with its weights loaded.
-    path: where the GIF goes.
+    path: where the recording goes (.gif or .mp4).
     max_steps: agent steps after which the episode is cut.
     frame_ms: display time of each frame.
 
@@ -103,18 +199,17 @@ def record_episode(env, policy: policy_lib.Policy, path: str,
     `Recording`.
 
   Raises:
-    ValueError: the env has no image observation or is not of one env.
-    ImportError: Pillow is missing (the message says what to install).
+    ValueError: the env has no image observation or is not of one env, or
+      `path` has another extension.
+    ImportError: the writer is missing (the message says what to install).
   """
   if env.num_envs != 1:
     raise ValueError(f'record_episode: needs an env of 1, got '
                      f'{env.num_envs}.')
   key = image_key(env.spec)
-  try:
-    from PIL import Image  # pylint: disable=g-import-not-at-top
-  except ImportError as e:
-    raise ImportError('--record needs Pillow: pip install '
-                      '"clear-rl[plot]" (or pip install pillow).') from e
+  problem = writer_problem(path)
+  if problem:
+    raise ImportError(f'--record: {problem}.')
   env_output = env.reset()
   agent_output = policy_lib.zero_agent_output(policy.spec, 1)
   state = policy.initial_state(1)
@@ -128,7 +223,5 @@ def record_episode(env, policy: policy_lib.Policy, path: str,
       finished = True
       break
     frames.append(to_rgb(env_output.observation[key][0]))
-  images = [Image.fromarray(frame) for frame in frames]
-  images[0].save(path, format='GIF', save_all=True, append_images=images[1:],
-                 duration=frame_ms, loop=0)
+  write_frames(frames, path, frame_ms)
   return Recording(path, len(frames), episode_return, finished)

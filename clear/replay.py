@@ -113,6 +113,37 @@ class ReplayStats(NamedTuple):
   nbytes: int
 
 
+class StoragePlan(NamedTuple):
+  """What a buffer will allocate at its first insert (`storage_plan`).
+
+  Attributes:
+    memory_bytes: bytes in memory.
+    disk_bytes: bytes in `.npy` files under its directory (memmap storage).
+    capacity: unrolls it holds.
+  """
+  memory_bytes: int
+  disk_bytes: int
+  capacity: int
+
+  @property
+  def item_bytes(self) -> int:
+    """Bytes per unroll, memory and disk together."""
+    return -(-(self.memory_bytes + self.disk_bytes) // self.capacity)
+
+
+class Restored(NamedTuple):
+  """What `ReplayBuffer.restore` read.
+
+  Attributes:
+    saved_capacity: the capacity the buffer was saved with.
+    saved_size: unrolls it held.
+    size: unrolls kept (fewer when the capacity shrank).
+  """
+  saved_capacity: int
+  saved_size: int
+  size: int
+
+
 class ReplayBuffer:
   """A fixed-capacity store of unrolls with uniform sampling.
 
@@ -174,6 +205,9 @@ class ReplayBuffer:
     self._size = 0
     self._num_seen = 0
     self._num_stored = 0
+    # FIFO: when full, the next unroll goes to (num_seen - offset) % capacity
+    # (not 0 only after a restore into another capacity).
+    self._fifo_offset = 0
     self.prioritized = prioritized
     self.priority_exponent = priority_exponent
     self.slots_per_item = slots_per_item
@@ -218,6 +252,28 @@ class ReplayBuffer:
     if not self.prioritized:
       raise ValueError('ReplayBuffer.priorities: the buffer is uniform.')
     return self._priorities[:self._size].copy()
+
+  def storage_plan(self, item) -> StoragePlan:
+    """What the buffer will allocate for unrolls like `item` (one unroll,
+    as `insert` takes), computed without allocating: the numbers `nbytes`
+    then reports (frame stores' spilled planes aside), split by where
+    they live.
+
+    Raises:
+      ValueError: `item` does not fit `stacked_observations`.
+    """
+    memory = disk = 0
+    on_disk = self.storage == 'memmap'
+    for x, name in zip(tree.flatten(item), self._stacked_leaves(item)):
+      x = np.asarray(x)
+      if name:
+        planes, tables = frame_store.FrameStore.planned_nbytes(
+            self.capacity, x.shape)
+      else:
+        planes, tables = self.capacity * x.nbytes, 0
+      memory += tables + (0 if on_disk else planes)
+      disk += planes if on_disk else 0
+    return StoragePlan(memory, disk, self.capacity)
 
   def stats(self) -> ReplayStats:
     return ReplayStats(self._size, self.capacity, self._num_seen,
@@ -287,7 +343,7 @@ class ReplayBuffer:
     if self._size < self.capacity:
       return self._size
     if self.sampling == 'fifo':
-      return (self._num_seen - 1) % self.capacity
+      return (self._num_seen - 1 - self._fifo_offset) % self.capacity
     j = self._rng.randint(self._num_seen)
     return j if j < self.capacity else None
 
@@ -472,6 +528,8 @@ class ReplayBuffer:
         'max_priority': self._max_priority,
         'stacked_leaves': stacked,
     }
+    if self._fifo_offset:
+      meta['fifo_offset'] = self._fifo_offset
     if self.prioritized:
       np.save(os.path.join(directory, 'priorities.npy'),
               self._priorities[:self._size])
@@ -480,24 +538,37 @@ class ReplayBuffer:
       json.dump(meta, f)
     os.replace(tmp, os.path.join(directory, _STATE_FILE))
 
-  def restore(self, directory: str, template):
+  def restore(self, directory: str, template) -> Restored:
     """Reads a `save`d state back; `template` is one unroll of the same form.
+
+    A buffer saved with another capacity is resized: growing keeps every
+    unroll; shrinking keeps a uniform sample of them (reservoir: each unroll
+    seen then stays with chance capacity / seen, as if the buffer had always
+    had this capacity) or the newest (FIFO).
+
+    Returns:
+      `Restored`: the saved capacity and size, and the unrolls kept.
 
     Raises:
       ValueError: the saved buffer does not match this one or the template.
     """
     with open(os.path.join(directory, _STATE_FILE)) as f:
       meta = json.load(f)
-    if meta['capacity'] != self.capacity or meta['sampling'] != self.sampling:
+    if meta['sampling'] != self.sampling:
       raise ValueError(
-          f'ReplayBuffer.restore: saved buffer has capacity '
-          f'{meta["capacity"]} and sampling {meta["sampling"]!r}, this one '
-          f'{self.capacity} and {self.sampling!r}.')
+          f'ReplayBuffer.restore: saved buffer has sampling '
+          f'{meta["sampling"]!r}, this one {self.sampling!r}.')
     self._allocate(template)
     if meta['size'] and meta['num_leaves'] != len(self._leaves):
       raise ValueError('ReplayBuffer.restore: saved unrolls have a different '
                        'structure from this agent\'s.')
-    size = meta['size']
+    saved_size = meta['size']
+    keys = np.load(os.path.join(directory, 'rng_keys.npy'), allow_pickle=False)
+    name, pos, has_gauss, cached = meta['rng']
+    self._rng.set_state((name, keys, pos, has_gauss, cached))
+    resized = meta['capacity'] != self.capacity
+    keep = self._kept_slots(meta) if resized else None
+    size = saved_size if keep is None else len(keep)
     saved_stacked = set(meta.get('stacked_leaves', ()))
     for i, leaf in enumerate(self._leaves if size else ()):
       is_store = isinstance(leaf, frame_store.FrameStore)
@@ -507,37 +578,64 @@ class ReplayBuffer:
               f'ReplayBuffer.restore: leaf {i} was saved as frame-once '
               'stacks, but this buffer stores it as it arrives '
               f'(stacked_observations={list(self.stacked_observations)}).')
-        leaf.load_arrays(
-            {name: np.load(_frames_path(directory, i, name),
-                           mmap_mode='r' if name == 'planes' else None,
-                           allow_pickle=False)
-             for name in _FRAME_ARRAYS}, size)
+        arrays = {name: np.load(_frames_path(directory, i, name),
+                                mmap_mode='r' if name == 'planes' else None,
+                                allow_pickle=False)
+                  for name in _FRAME_ARRAYS}
+        if keep is not None:
+          if len(arrays['table']) != saved_size:
+            raise ValueError(f'ReplayBuffer.restore: saved leaf {i} holds '
+                             f'{len(arrays["table"])} unrolls, not '
+                             f'{saved_size}.')
+          arrays = frame_store.FrameStore.subset_arrays(arrays, keep)
+        leaf.load_arrays(arrays, size)
         continue
       # Stacks saved as they arrived (as by the buffer before frame-once
       # storage) are read lazily and encoded slot by slot.
       saved = np.load(os.path.join(directory, f'contents_{i:03d}.npy'),
-                      mmap_mode='r' if is_store else None, allow_pickle=False)
-      if saved.shape != (size,) + leaf.shape[1:] or saved.dtype != leaf.dtype:
+                      mmap_mode='r' if is_store or keep is not None else None,
+                      allow_pickle=False)
+      if (saved.shape != (saved_size,) + leaf.shape[1:] or
+          saved.dtype != leaf.dtype):
         raise ValueError('ReplayBuffer.restore: saved leaf '
                          f'{saved.dtype}{list(saved.shape)} does not match '
-                         f'{size} unrolls of {leaf.dtype}'
+                         f'{saved_size} unrolls of {leaf.dtype}'
                          f'{list(leaf.shape[1:])}.')
+      rows = range(size) if keep is None else keep
       if is_store:
-        for slot in range(size):
-          leaf.write(slot, saved[slot])
+        for slot, row in enumerate(rows):
+          leaf.write(slot, saved[row])
       else:
-        leaf[:size] = saved
-    keys = np.load(os.path.join(directory, 'rng_keys.npy'), allow_pickle=False)
-    name, pos, has_gauss, cached = meta['rng']
-    self._rng.set_state((name, keys, pos, has_gauss, cached))
+        leaf[:size] = saved if keep is None else saved[keep]
     self._size = size
     self._num_seen = meta['num_seen']
     self._num_stored = meta['num_stored']
+    self._fifo_offset = int(meta.get('fifo_offset', 0))
+    if keep is not None and self.sampling == 'fifo':
+      # The oldest kept unroll is overwritten first once the buffer is full.
+      self._fifo_offset = (self._num_seen - size) % self.capacity
     if self.prioritized:
-      self._restore_priorities(directory, meta)
+      self._restore_priorities(directory, meta, keep)
+    return Restored(meta['capacity'], saved_size, size)
 
-  def _restore_priorities(self, directory, meta):
-    """Priorities from a prioritized save; a uniform save gives all 1."""
+  def _kept_slots(self, meta) -> np.ndarray:
+    """The saved slots a buffer of another capacity keeps, in the order
+    they go into slots 0, 1, ... (oldest first for FIFO)."""
+    size, capacity = meta['size'], meta['capacity']
+    if self.sampling == 'fifo':
+      if size < capacity:
+        order = np.arange(size)  # Never wrapped: slots in insertion order.
+      else:
+        oldest = (meta['num_seen'] - meta.get('fifo_offset', 0)) % capacity
+        order = (oldest + np.arange(capacity)) % capacity
+      return order[max(0, size - self.capacity):]
+    if size <= self.capacity:
+      return np.arange(size)
+    return np.sort(self._rng.choice(size, self.capacity, replace=False))
+
+  def _restore_priorities(self, directory, meta, keep=None):
+    """Priorities from a prioritized save (of the saved slots `keep`, when
+    resized); a uniform save gives all 1."""
     self._priorities[:] = 0.0
     self._tree = _SumTree(self.capacity * self.slots_per_item)
     size = self._size
@@ -551,6 +649,8 @@ class ReplayBuffer:
             f'{self.slots_per_item}.')
       saved = np.load(os.path.join(directory, 'priorities.npy'),
                       allow_pickle=False)
+      if keep is not None and saved.shape[0] == meta['size']:
+        saved = saved[keep]
       if saved.shape != (size, self.slots_per_item):
         raise ValueError('ReplayBuffer.restore: saved priorities have shape '
                          f'{saved.shape}, expected '

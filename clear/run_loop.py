@@ -8,7 +8,8 @@ the right one:
   2 `main`: IMPALA-CLEAR updates until `total_environment_frames`.
 
 Everything the run writes lives under `logdir`: TensorBoard event files,
-`checkpoints/`, `run.json` and, in test mode, `test_results.json`.
+`checkpoints/`, `run.json` and, in test mode, `test_results.json`; while it
+runs, `.run.lock` keeps a second run out (`clear.run_lock`).
 Checkpoint N (`checkpoints/ckpt-N`) has a folder `checkpoints/state-N` with
 the replay buffers, the unrolls not yet learned from, the episode
 statistics and, for inline actors, the actors themselves (env states, last
@@ -41,6 +42,8 @@ from clear import policy as policy_lib
 from clear import progress
 from clear import record as record_lib
 from clear import replay as replay_lib
+from clear import resources
+from clear import run_lock
 from clear import snapshot
 from envs import multitask
 
@@ -172,7 +175,7 @@ def run_identity(config: RunConfig):
 # Each is a RunConfig field or one of its learner config's.
 RECORDED_SETTINGS = ('batch_size', 'total_environment_frames',
                      'learning_rate', 'optimizer', 'reward_scaling',
-                     'envs_per_actor')
+                     'envs_per_actor', 'replay_buffer_size')
 
 
 def run_settings(config: RunConfig) -> Dict[str, object]:
@@ -236,25 +239,17 @@ class _Run:
     lc = config.learner_config
     self.num_replay = lc.num_replay
     self.num_fresh = lc.batch_size - lc.num_replay
+    # Nothing is written before every check and restore has passed: run.json
+    # is written by `record_identity`.
+    self.accepted = False
     spec = env_spec(config)
-    checkpoint_lib.check_run_identity(config.logdir, run_identity(config),
-                                      run_settings(config))
+    saved_identity = checkpoint_lib.verify_run_identity(config.logdir,
+                                                        run_identity(config))
     self.policy = algorithms.make_policy(config.algorithm, spec,
                                          config.agent_config, lc,
                                          seed=config.seed)
     self.phase = tf.Variable(PREFILL, dtype=tf.int64, trainable=False,
                              name='phase')
-    self.checkpointer = checkpoint_lib.Checkpointer(
-        os.path.join(config.logdir, 'checkpoints'),
-        {**self.policy.checkpointables(), 'phase': self.phase})
-    self.restored = self.checkpointer.restore_latest()
-    if config.init_from and self.restored:
-      logging.info('Resuming %s: --init_from=%s is not used.', self.restored,
-                   config.init_from)
-    elif config.init_from:
-      source = self.policy.init_from(config.init_from, config.init_scope)
-      logging.info('Initialised the %s weights from %s.', config.init_scope,
-                   source)
     self.buffer = None
     if self.num_replay or config.replay_prefill_unrolls:
       self.buffer = replay_lib.ReplayBuffer(
@@ -262,6 +257,22 @@ class _Run:
           seed=config.seed, storage=config.replay_storage,
           directory=os.path.join(config.logdir, 'replay_memmap'),
           stacked_observations=spec.stacked_frames)
+    resources.check_replay_fits(resources.replay_needs(
+        self.buffer, config.replay_buffer_size, self.policy.replay_buffers(),
+        lc, self._item_template()))
+    self.checkpointer = checkpoint_lib.Checkpointer(
+        os.path.join(config.logdir, 'checkpoints'),
+        {**self.policy.checkpointables(), 'phase': self.phase})
+    self.restored = self.checkpointer.restore_latest()
+    if not self.restored:
+      checkpoint_lib.check_fresh_start(config.logdir, saved_identity)
+    if config.init_from and self.restored:
+      logging.info('Resuming %s: --init_from=%s is not used.', self.restored,
+                   config.init_from)
+    elif config.init_from:
+      source = self.policy.init_from(config.init_from, config.init_scope)
+      logging.info('Initialised the %s weights from %s.', config.init_scope,
+                   source)
     self.episodes = progress.EpisodeStats()
     self.lags = collections.deque(maxlen=100)
     self.env_restarts = {}  # Actor id -> its cumulative env relaunches.
@@ -276,6 +287,15 @@ class _Run:
       self._restore_state()
     self._advance_phase()
     self.version = self.policy.num_updates
+
+  def record_identity(self):
+    """Records the run in run.json, once its start is accepted (every check
+    and restore passed); a refused start writes nothing."""
+    if not self.accepted:
+      checkpoint_lib.write_run_identity(self.config.logdir,
+                                        run_identity(self.config),
+                                        run_settings(self.config))
+      self.accepted = True
 
   @property
   def run_time_s(self) -> float:
@@ -310,7 +330,7 @@ class _Run:
     item = self._item_template()
     for name, buffer in self._buffers().items():
       try:
-        buffer.restore(os.path.join(directory, name), item)
+        restored = buffer.restore(os.path.join(directory, name), item)
       except (OSError, ValueError, KeyError) as e:
         if not self.config.allow_empty_replay_on_resume:
           raise checkpoint_lib.CheckpointError(
@@ -324,6 +344,14 @@ class _Run:
         continue
       logging.info('Restored %d replayed unrolls (%d seen) from %s.',
                    len(buffer), buffer.num_seen, directory)
+      if restored.saved_capacity != buffer.capacity:
+        logging.warning(
+            'Replay %r resized from %s to %s unrolls: kept %s of the %s it '
+            'held (%s).', name, f'{restored.saved_capacity:,}',
+            f'{buffer.capacity:,}', f'{restored.size:,}',
+            f'{restored.saved_size:,}',
+            'the newest' if buffer.sampling == 'fifo' else
+            'a uniform sample, as a reservoir of this size keeps')
     try:
       state = snapshot.load(os.path.join(directory, 'run.npz'))
       num_pending = int(state['num_pending'])
@@ -362,6 +390,7 @@ class _Run:
     Args:
       actor_state: the actors' `get_state`, when they can be continued.
     """
+    self.record_identity()
     number = self.checkpointer.next_number
     final = self._state_dir(number)
     partial = final + '.partial'
@@ -627,7 +656,8 @@ class _Evaluation:
 
 def train(config: RunConfig,
           stop_requested: Callable[[], bool] = lambda: False,
-          max_updates: Optional[int] = None) -> RunResult:
+          max_updates: Optional[int] = None,
+          on_start: Callable[[], None] = lambda: None) -> RunResult:
   """Trains until `total_environment_frames`, a stop request or max_updates.
 
   Writes a checkpoint every `checkpoint_interval_s` and at the end (also
@@ -635,24 +665,35 @@ def train(config: RunConfig,
   sequence switches the actors to the next task every `frames_per_task`
   and evaluates every task at each switch. The learner's variables and
   updates live on `config.learner_device`.
+
+  The run holds the logdir's lock (`clear.run_lock`) from start to end: a
+  second run on the logdir is refused. Nothing is written to the logdir
+  until every check and restore has passed and the actors have started;
+  then `on_start` is called (it may still refuse, by raising) and run.json
+  is written. A run whose restored
+  checkpoint has reached `total_environment_frames` writes nothing and
+  returns at once.
+
+  Raises:
+    run_lock.LogdirInUse: another live run holds the logdir.
   """
   device = devices.learner_device(config.learner_device)
   logging.info('Learner on %s.', device)
   with tf.device(device):
-    return _train(config, stop_requested, max_updates)
+    lock = run_lock.RunLock.acquire(config.logdir)
+    try:
+      return _train(config, stop_requested, max_updates, on_start, lock)
+    finally:
+      lock.release()
 
 
-def _train(config, stop_requested, max_updates):
-  """`train` on the learner's device."""
+def _train(config, stop_requested, max_updates, on_start, lock):
+  """`train` on the learner's device, holding the logdir's `lock`."""
   start = time.monotonic()
-  os.makedirs(config.logdir, exist_ok=True)
-  run = _Run(config)
   lc = config.learner_config
   total = lc.total_environment_frames
-  if run.restored:
-    logging.info('Resuming at %d frames, %d updates, phase %s.', run.frames,
-                 run.version, run.phase_name)
-  weights = run.policy.get_weights()
+  memmap = os.path.join(config.logdir, 'replay_memmap')
+  memmap_existed = os.path.exists(memmap)
 
   def make_pool():
     pool_config = pool_lib.ActorPoolConfig(
@@ -670,7 +711,34 @@ def _train(config, stop_requested, max_updates):
                               config.ray_address or None,
                               config.ray_actor_resource)
 
-  pool = make_pool()
+  pool = None
+  try:
+    run = _Run(config)
+    if run.restored:
+      logging.info('Resuming at %d frames, %d updates, phase %s.',
+                   run.frames, run.version, run.phase_name)
+    if run.restored and run.frames >= total:
+      logging.warning(
+          'The run in %s is complete (%s of %s frames, %s): nothing to do, '
+          'and nothing was written. Give a larger --total_environment_frames '
+          'to train on, or --mode=test to play it.', config.logdir,
+          f'{run.frames:,}', f'{total:,}', os.path.basename(run.restored))
+      run.checkpointer.expect_partial()
+      return RunResult(run.frames, run.policy.num_updates, run.phase_name,
+                       run.episodes.mean_return, run.episodes.total,
+                       time.monotonic() - start, float('nan'), False)
+    weights = run.policy.get_weights()
+    pool = make_pool()
+    on_start()
+    run.record_identity()
+  except BaseException:
+    # A refused start leaves the logdir as it found it.
+    if pool is not None:
+      pool.close()
+    if not memmap_existed:
+      shutil.rmtree(memmap, ignore_errors=True)
+    lock.abandon()
+    raise
   writer = tf.summary.create_file_writer(config.logdir)
   if not stop_requested():  # A run stopped at once skips it: seconds.
     with writer.as_default():  # Summary ops bind to the writer when traced.
@@ -816,8 +884,8 @@ def _restored_acting_policy(config: RunConfig):
 
 def record_episode(config: RunConfig, path: str) -> record_lib.Recording:
   """Plays one episode (seed `config.seed + 2`, the first task of a
-  sequence) with the newest readable checkpoint and writes it to `path` as
-  a GIF of what the agent saw (`clear.record`)."""
+  sequence) with the newest readable checkpoint and writes it to `path`, a
+  GIF or an MP4 of what the agent saw (`clear.record`)."""
   import envs  # pylint: disable=g-import-not-at-top
   policy, _ = _restored_acting_policy(config)
   options = dict(config.env_options)

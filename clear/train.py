@@ -5,10 +5,13 @@ r"""Train or test an IMPALA-CLEAR agent from the command line.
   python -m clear.train --mode=test --logdir=runs/pong --test_num_episodes=30
 
 Running the same command again resumes from the latest checkpoint in
---logdir. Test mode (and --init_from) take the env, algorithm and network
-from the run's run.json. Ctrl-C or SIGTERM stops the actors, writes a final
-checkpoint and exits with status 0 (130 / 143 when interrupted before the
-end); bad flags or files exit with status 2 and one message.
+--logdir; a logdir holds one live training run at a time (clear.run_lock),
+and a refused command leaves it as it found it. Test mode (and --init_from)
+take the env, algorithm and network from the run's run.json. Ctrl-C or
+SIGTERM stops the actors, writes a final checkpoint and exits with status 0
+(130 / 143 when interrupted before the end); a second one while that
+checkpoint is written only says so, a third stops at once and says what was
+not saved. Bad flags or files exit with status 2 and one message.
 """
 
 import json
@@ -19,6 +22,7 @@ import re
 import signal
 import sys
 import tempfile
+import time
 from typing import Dict, NamedTuple, Optional
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -46,8 +50,10 @@ from clear import checkpoint as checkpoint_lib
 from clear import flag_help
 from clear import learner as learner_lib
 from clear import policy as policy_lib
+from clear import progress
 from clear import record as record_lib
 from clear import replay as replay_lib
+from clear import run_lock
 from clear import run_loop
 
 FLAGS = flags.FLAGS
@@ -258,9 +264,13 @@ flags.DEFINE_integer('eval_max_steps', 27_000,
 flags.DEFINE_integer('test_num_episodes', 10, 'Episodes played by --mode=test.')
 flags.DEFINE_string('record', '',
                     'With --mode=test: after the test episodes, play one '
-                    'more and write it to this path as an animated GIF of '
-                    'what the agent saw (Atari frames, MinAtar boards; '
-                    'needs Pillow, in the plot extra).')
+                    'more and write what the agent saw (Atari frames, '
+                    'MinAtar boards) to this path, in the format its '
+                    'extension names: .gif (needs Pillow, in the plot '
+                    'extra) or .mp4 (needs imageio and imageio-ffmpeg). An '
+                    'existing file is refused unless --record_overwrite.')
+flags.DEFINE_bool('record_overwrite', False,
+                  'Let --record replace an existing file.')
 
 FLAG_GROUPS.heading('Starting from another run')
 flags.DEFINE_string('init_from', '',
@@ -479,6 +489,17 @@ def _impala_problems(f):
                     'replay: set --replay_proportion > 0 or drop them.')
   if num_replay and f.replay_buffer_size < 1:
     problems.append('--replay_buffer_size must be >= 1 with replay on.')
+  elif num_replay > f.replay_buffer_size:
+    problems.append(
+        f'--replay_buffer_size={f.replay_buffer_size} holds fewer unrolls '
+        f'than the {num_replay} replayed in each batch (--batch_size='
+        f'{batch_size} x --replay_proportion={f.replay_proportion:g}); give '
+        f'--replay_buffer_size >= {num_replay}.')
+  if f.replay_prefill_unrolls > f.replay_buffer_size:
+    problems.append(
+        f'--replay_prefill_unrolls={f.replay_prefill_unrolls} exceeds '
+        f'--replay_buffer_size={f.replay_buffer_size}: the buffer could '
+        'never fill that far, and no update would ever be made.')
   if f.learning_rate_warmup_frames < 0:
     problems.append('--learning_rate_warmup_frames must be >= 0.')
   elif (env_family(f.env) in FAMILY_DEFAULTS and
@@ -612,9 +633,12 @@ def validate(f) -> None:
     problems.append('--test_num_episodes must be >= 1.')
   if f.record and f.mode != 'test':
     problems.append('--record applies to --mode=test.')
-  elif f.record and not os.path.isdir(os.path.dirname(
-      os.path.abspath(f.record))):
-    problems.append(f'--record={f.record}: its folder does not exist.')
+  elif f.record:
+    problem = record_lib.path_problem(f.record, f.record_overwrite)
+    if problem:
+      problems.append(f'--record={f.record}: {problem}.')
+  if f.record_overwrite and not f.record:
+    problems.append('--record_overwrite needs --record.')
   if not known_family:
     problems.append(f'--env={f.env!r}: unknown family; use atari:<Game>, '
                     'sc2:<Map>, gym:<id> or minatar:<Game>.')
@@ -750,6 +774,49 @@ def settings_source(f) -> Optional[str]:
   return None
 
 
+def _flag_kind(flag) -> str:
+  """What values a flag takes, for messages: 'an integer', ..."""
+  parser = flag.parser
+  if isinstance(parser, flags.BooleanParser):
+    return 'true or false'
+  if isinstance(parser, flags.IntegerParser):
+    return 'an integer'
+  if isinstance(parser, flags.FloatParser):
+    return 'a number'
+  if isinstance(parser, flags.EnumParser):
+    return 'one of ' + ', '.join(repr(v) for v in parser.enum_values)
+  return 'a string'
+
+
+def recorded_value(f, name: str, value, path: str):
+  """`value`, as run.json at `path` records it for the flag `name`, if it
+  is of the flag's type (a hand-edited file may hold anything).
+
+  Raises:
+    CheckpointError: naming the file, the field and what it should be.
+  """
+  parser = f[name].parser
+  if value is None:
+    ok = f[name].default is None
+  elif isinstance(parser, flags.BooleanParser):
+    ok = isinstance(value, bool)
+  elif isinstance(parser, flags.IntegerParser):
+    ok = isinstance(value, int) and not isinstance(value, bool)
+  elif isinstance(parser, flags.FloatParser):
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and math.isfinite(value))
+  elif isinstance(parser, flags.EnumParser):
+    ok = isinstance(value, str) and value in parser.enum_values
+  else:
+    ok = isinstance(value, str)
+  if not ok:
+    raise checkpoint_lib.CheckpointError(
+        f'{path}: {name} is {value!r}, but --{name} takes '
+        f'{_flag_kind(f[name])}. Put back the value the run was made with, '
+        'or move the file away (or use a new --logdir).')
+  return value
+
+
 def adopt_run_settings(f, saved: dict, source: str) -> RunSettings:
   """Sets every flag not given to the value `saved` (a run.json) records.
 
@@ -762,15 +829,17 @@ def adopt_run_settings(f, saved: dict, source: str) -> RunSettings:
     app.UsageError: naming each flag given with another network.
   """
   problems, adopted = [], []
+  path = os.path.join(source, checkpoint_lib.RUN_FILE)
 
   def take(name, value):
+    recorded_value(f, name, value, path)
     if not f[name].present:
       setattr(f, name, value)
       adopted.append(f'{name}={value!r}')
 
   for name in NETWORK_FIELDS:
     if name in saved:
-      value = saved[name]
+      value = recorded_value(f, name, saved[name], path)
     elif name in policy_lib.CORE_OPTION_FIELDS:  # Recorded when not default.
       value = policy_lib.AgentConfig._field_defaults[name]
     else:
@@ -782,7 +851,13 @@ def adopt_run_settings(f, saved: dict, source: str) -> RunSettings:
           f'network; leave --{name} out.')
     take(name, value)
   env_name = saved.get('env', f.env)
-  env_options = dict(saved.get('env_options') or {})
+  env_options = saved.get('env_options') or {}
+  if not isinstance(env_options, dict):
+    raise checkpoint_lib.CheckpointError(
+        f'{path}: env_options is {env_options!r}, not an object. Put back '
+        'what the run was made with, or move the file away (or use a new '
+        '--logdir).')
+  env_options = dict(env_options)
   changed = {}
   if f['env'].present and f.env != env_name:
     changed['env'] = f.env
@@ -790,6 +865,7 @@ def adopt_run_settings(f, saved: dict, source: str) -> RunSettings:
     take('env', env_name)
   for name in ENV_OPTION_FLAGS:
     if name in env_options:
+      recorded_value(f, name, env_options[name], path)
       if f[name].present and getattr(f, name) != env_options[name]:
         changed[name] = getattr(f, name)
       take(name, env_options[name])
@@ -836,8 +912,15 @@ def keep_run_settings(f) -> None:
               f'{name}={family_default(f, name)!r}' for name in unset),
           earlier)
     return
+  if not isinstance(recorded, dict):
+    raise checkpoint_lib.CheckpointError(
+        f'{path}: {checkpoint_lib.SETTINGS_KEY} is {recorded!r}, not an '
+        'object. Put back what the run last ran with, or move the file away '
+        '(or use a new --logdir).')
   kept = []
   for name in unset:
+    if name in recorded:
+      recorded_value(f, name, recorded[name], path)
     if name in recorded and recorded[name] != family_default(f, name):
       kept.append(f'{name}={recorded[name]!r} (default '
                   f'{family_default(f, name)!r})')
@@ -859,6 +942,12 @@ def read_run_settings(f) -> Optional[RunSettings]:
   source = settings_source(f)
   if source is None:
     return None
+  if source == f.init_from and not checkpoint_lib.find_checkpoints(source):
+    raise checkpoint_lib.CheckpointError(
+        f'--init_from={source}: ' + (
+            'no checkpoint there' if os.path.exists(source) else
+            'no such folder or checkpoint') +
+        '. Give a run\'s logdir or one of its checkpoints/ckpt-N.')
   saved = checkpoint_lib.read_run_identity(source)
   run_dir = checkpoint_lib.run_directory(source)
   path = os.path.join(run_dir, checkpoint_lib.RUN_FILE)
@@ -929,12 +1018,12 @@ def check_env_change(config: run_loop.RunConfig, settings: RunSettings):
 
 def logdir_problem(logdir: str, create: bool) -> Optional[str]:
   """Why files cannot be written in `logdir` (and its `checkpoints/`
-  folder, if there is one), or None.
+  folder, if there is one), or None. Creates nothing.
 
   Args:
     logdir: the folder.
-    create: make it and its parents when missing (else a missing folder is
-      a problem).
+    create: the run may create it (and its parents): a missing folder is a
+      problem only when its nearest existing parent cannot be written.
   """
   path = os.path.abspath(logdir)
   while True:  # A file where a folder should be.
@@ -944,25 +1033,40 @@ def logdir_problem(logdir: str, create: bool) -> Optional[str]:
     if parent == path:
       break
     path = parent
+  existing = os.path.abspath(logdir)
+  while not os.path.isdir(existing):
+    existing = os.path.dirname(existing)
+  if existing != os.path.abspath(logdir) and not create:
+    return f'No such file or directory: {logdir}'
   try:
-    if create:
-      os.makedirs(logdir, exist_ok=True)
-    for folder in (logdir, os.path.join(logdir, 'checkpoints')):
-      if folder == logdir or os.path.isdir(folder):
+    for folder in (existing, os.path.join(logdir, 'checkpoints')):
+      if folder == existing or os.path.isdir(folder):
         with tempfile.TemporaryFile(dir=folder):
           pass
   except OSError as e:
-    return f'{e.strerror or type(e).__name__}: {e.filename or logdir}'
+    return f'{e.strerror or type(e).__name__}: {existing}'
   return None
+
+
+def _say_if_live(logdir: str, what: str):
+  """Warns when a live training run holds `logdir` (test mode reads it)."""
+  holder = run_lock.live_holder(logdir)
+  if holder is not None:
+    logging.warning('%s is in use by a live training run (%s): %s',
+                    logdir, holder.describe(), what)
 
 
 def run_test(config: run_loop.RunConfig, num_episodes: int,
              record_path: str = '') -> int:
   """Test mode: plays the episodes, prints the results, then writes them to
   test_results.json; the printed results stay if the write fails. With
-  `record_path`, one more episode is then written there as a GIF."""
+  `record_path`, one more episode is then written there (GIF or MP4)."""
+  _say_if_live(config.logdir, 'testing its newest checkpoint as of now; '
+               'the run goes on writing new ones.')
+  spec = run_loop.env_spec(config)  # Imports the env's packages.
+  _STOP.raise_if_interrupted()  # MinAtar's import swallows a Ctrl-C.
   if record_path:  # Before the episodes: an env with no picture fails now.
-    record_lib.image_key(run_loop.env_spec(config))
+    record_lib.image_key(spec)
   problem = logdir_problem(config.logdir, create=False)
   if problem:
     logging.warning('%s cannot be written (%s): the results will only be '
@@ -988,29 +1092,103 @@ def run_test(config: run_loop.RunConfig, num_episodes: int,
 
 
 class StopSignal:
-  """Turns SIGTERM / SIGINT into a polite stop request."""
+  """What SIGTERM and SIGINT do.
 
-  def __init__(self):
+  Until `started` is called (flag checks, restores, test mode: nothing of
+  the run written yet), a signal stops the program at once
+  (KeyboardInterrupt). Once the run has started, the first asks it to stop
+  after the current update and write a final checkpoint; a second only says
+  that the checkpoint is being written; a third stops at once
+  (KeyboardInterrupt), and `main` says what was not saved.
+
+  Attributes:
+    signum: the first signal received, or None.
+    first_at: when it came (time.time()).
+  """
+
+  def __init__(self, install: bool = True):
     self.signum = None
-    for sig in (signal.SIGTERM, signal.SIGINT):
-      signal.signal(sig, self._handle)
+    self.first_at = None
+    self.count = 0
+    self.running = False
+    if install:
+      for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, self._handle)
+
+  def started(self):
+    """The run is accepted and writes from now on: stop politely.
+
+    Raises:
+      KeyboardInterrupt: a signal came before, and was swallowed (as
+        MinAtar's import swallows one).
+    """
+    self.raise_if_interrupted()
+    self.running = True
 
   def _handle(self, signum, frame):
     del frame
-    if self.signum is not None:  # A second signal: stop right away.
+    self.count += 1
+    if self.signum is None:
+      self.signum, self.first_at = signum, time.time()
+    if not self.running or self.count >= 3:
       raise KeyboardInterrupt
-    self.signum = signum
-    logging.warning('Signal %d: stopping after the current update and '
-                    'writing a final checkpoint.', signum)
+    if self.count == 1:
+      logging.warning('Signal %d: stopping after the current update and '
+                      'writing a final checkpoint.', signum)
+    else:
+      logging.warning('Signal %d again: still stopping, and the final '
+                      'checkpoint is being written (a large replay takes a '
+                      'while). A third signal stops at once without it.',
+                      signum)
+
+  def raise_if_interrupted(self):
+    """Raises KeyboardInterrupt when a signal came (and was swallowed)."""
+    if self.signum is not None:
+      raise KeyboardInterrupt
 
   def __call__(self) -> bool:
     return self.signum is not None
+
+
+# The program's handler, installed by `main` (a stand-in before).
+_STOP = StopSignal(install=False)
+
+
+def _unsaved(logdir: str, since: float) -> str:
+  """What a run stopped at once left on disk, for its last message."""
+  directory = os.path.join(logdir, 'checkpoints')
+  found = (checkpoint_lib.checkpoint_candidates(directory)
+           if os.path.isdir(directory) else [])
+  if not found:
+    return ('no checkpoint was written, so its training is lost; the same '
+            'command starts it again.')
+  latest = found[0]
+  try:
+    saved_at = os.path.getmtime(latest + '.index')
+  except OSError:
+    saved_at = 0.0
+  name = os.path.basename(latest)
+  if saved_at >= since:
+    return (f'the final checkpoint {name} had been written; the same '
+            'command resumes from it.')
+  ago = progress.format_duration(time.time() - saved_at)
+  return (f'the final checkpoint was NOT written, so the training since '
+          f'{name} (saved {ago} ago) is lost; the same command resumes from '
+          f'{name}.')
 
 
 def _main(argv) -> int:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])} '
                          '(flags start with --).')
+  for name in ('logdir', 'init_from', 'record'):  # --logdir=~/x: no shell
+    value = getattr(FLAGS, name)                  # expands that ~.
+    if value.startswith('~'):
+      setattr(FLAGS, name, os.path.expanduser(value))
+  if FLAGS.mode == 'train':  # Said at once; run_loop's lock decides.
+    holder = run_lock.live_holder(FLAGS.logdir)
+    if holder is not None:
+      raise run_lock.LogdirInUse(FLAGS.logdir, holder)
   settings = read_run_settings(FLAGS)
   keep_run_settings(FLAGS)  # Before validate, which then checks what it kept.
   validate(FLAGS)
@@ -1027,28 +1205,60 @@ def _main(argv) -> int:
   if problem:
     raise ValueError(f'--logdir={FLAGS.logdir}: cannot write there '
                      f'({problem}). Choose another --logdir.')
-  stop = StopSignal()
-  result = run_loop.train(config, stop_requested=stop)
+  result = run_loop.train(config, stop_requested=_STOP,
+                          on_start=_STOP.started)
   logging.info('Done: %s', result._asdict())
-  if result.stopped_early and stop.signum is not None:
-    return 128 + stop.signum
+  if result.stopped_early and _STOP.signum is not None:
+    return 128 + _STOP.signum
   return 0
+
+
+def _exit_now(code: int):
+  """A handler for signals that come once the work is done: the program
+  ends at once, with the status it was ending with."""
+  def handle(signum, frame):
+    del signum, frame
+    os._exit(code)  # pylint: disable=protected-access
+  for sig in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(sig, handle)
 
 
 def main(argv):
   """Runs the binary; every expected failure ends in one message."""
-  signal.signal(signal.SIGINT, signal.default_int_handler)
+  code = _main_once(argv)
+  _exit_now(code)  # A late signal must not change the exit status.
+  return code
+
+
+def _main_once(argv):
+  global _STOP
+  _STOP = StopSignal()
   py_logging.getLogger().setLevel(py_logging.INFO)
   try:
-    return _main(argv)
+    code = _main(argv)
+    if not _STOP.running:  # A signal swallowed on the way still counts.
+      _STOP.raise_if_interrupted()
+    return code
   except app.UsageError as e:
     flag_help.print_flag_error(str(e), PROGRAM)
     return flag_help.USAGE_EXIT_CODE
-  except KeyboardInterrupt:  # Before the run's own handler, or a second one.
-    print('Interrupted.', file=sys.stderr)
-    return 128 + signal.SIGINT
+  except KeyboardInterrupt:
+    signum = _STOP.signum or signal.SIGINT
+    if _STOP.running:  # A third signal.
+      print(f'Stopped at once by signal {signum} (three signals): '
+            f'{_unsaved(FLAGS.logdir, _STOP.first_at)}', file=sys.stderr)
+    elif FLAGS.mode == 'train':
+      print('Interrupted before the run started: nothing was written.',
+            file=sys.stderr)
+    else:
+      print('Interrupted.', file=sys.stderr)
+    return 128 + signum
   except (ValueError, RuntimeError, OSError) as e:  # Files, env, no SC2...
     print(f'error: {e}', file=sys.stderr)
+    return 2
+  except MemoryError as e:
+    print(f'error: out of memory ({type(e).__name__}: {e}); see the replay '
+          'line of the log for what the buffer takes.', file=sys.stderr)
     return 2
 
 

@@ -185,3 +185,52 @@ def test_read_run_identity_finds_run_json_from_any_checkpoint_location(
     json.dump(['not', 'an', 'object'], f)
   with pytest.raises(checkpoint_lib.CheckpointError, match='JSON object'):
     checkpoint_lib.read_run_identity(str(logdir))
+
+
+def test_verifying_a_run_identity_writes_nothing(tmp_path):
+  logdir = tmp_path / 'run'
+  identity = {'env': 'gym:CartPole-v0', 'core_size': 16}
+  assert checkpoint_lib.verify_run_identity(str(logdir), identity) is None
+  assert not logdir.exists()
+  checkpoint_lib.write_run_identity(str(logdir), identity, {'batch_size': 4})
+  written = (logdir / 'run.json').read_bytes()
+  with pytest.raises(checkpoint_lib.CheckpointError,
+                     match=r"core_size: checkpoint has 16, flags say 32"):
+    checkpoint_lib.verify_run_identity(str(logdir),
+                                       {**identity, 'core_size': 32})
+  assert checkpoint_lib.verify_run_identity(str(logdir), identity) == {
+      **identity, 'settings': {'batch_size': 4}}
+  # New settings replace the old ones, atomically: no temporary is left.
+  checkpoint_lib.write_run_identity(str(logdir), identity, {'batch_size': 8})
+  assert json.loads((logdir / 'run.json').read_text())['settings'] == {
+      'batch_size': 8}
+  assert sorted(os.listdir(logdir)) == ['run.json']
+  assert (logdir / 'run.json').read_bytes() != written
+
+
+def test_state_left_without_its_checkpoint_is_not_started_over(tmp_path,
+                                                               caplog):
+  logdir = tmp_path / 'run'
+  checkpoint_lib.check_fresh_start(str(logdir), None)  # A new logdir.
+  paths = save_three(str(logdir / 'checkpoints'))
+  for path in paths:
+    for name in os.listdir(os.path.dirname(path)):
+      if name.startswith(os.path.basename(path) + '.'):
+        os.remove(os.path.join(os.path.dirname(path), name))
+  os.remove(str(logdir / 'checkpoints' / 'checkpoint'))
+  os.rmdir(str(logdir / 'checkpoints' / 'state-1'))
+  before = sorted(os.listdir(logdir / 'checkpoints'))
+  with pytest.raises(checkpoint_lib.CheckpointError) as raised:
+    checkpoint_lib.check_fresh_start(str(logdir), {'env': 'x'})
+  assert str(raised.value).startswith(
+      f'{logdir / "checkpoints"} holds state-2, state-3 (replay and run '
+      'state) but no checkpoint:')
+  assert 'Put the checkpoint files back' in str(raised.value)
+  assert sorted(os.listdir(logdir / 'checkpoints')) == before
+  # Only run.json of an earlier start: a warning, then a fresh start.
+  for name in before:
+    os.rmdir(str(logdir / 'checkpoints' / name))
+  with caplog.at_level(logging.WARNING):
+    checkpoint_lib.check_fresh_start(str(logdir), {'env': 'x'})
+  assert any('holds the run.json of an earlier start but no checkpoint' in
+             r.getMessage() for r in caplog.records)

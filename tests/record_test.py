@@ -1,6 +1,7 @@
 """Tests of clear.record: pictures of observations and GIFs of episodes."""
 
 import collections
+import os
 
 import numpy as np
 import pytest
@@ -78,3 +79,79 @@ def test_vector_observations_are_refused_by_name():
       'gym:CartPole-v1')
   with pytest.raises(ValueError, match="'gym:CartPole-v1' has none"):
     record.image_key(spec)
+
+
+def test_a_path_is_checked_before_anything_is_played(tmp_path):
+  gif = tmp_path / 'episode.gif'
+  assert record.path_problem(str(gif)) is None
+  for name in ('run.json', 'episode.txt', 'episode'):
+    assert record.path_problem(str(tmp_path / name)).startswith(
+        'the format is taken from the extension, which must be .gif or .mp4')
+  assert record.path_problem(str(tmp_path / 'no' / 'x.gif')) == (
+      'its folder does not exist')
+  gif.write_bytes(b'someone else\'s file')
+  assert record.path_problem(str(gif)) == (
+      'the file exists; pass --record_overwrite to replace it, or choose '
+      'another path')
+  assert record.path_problem(str(gif), overwrite=True) is None
+  (tmp_path / 'folder.gif').mkdir()
+  assert record.path_problem(str(tmp_path / 'folder.gif'), True) == (
+      'it is a folder')
+  assert not (tmp_path / 'no').exists()
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['episode.gif',
+                                                         'folder.gif']
+
+
+def frames_of(values, size=(10, 14)):
+  return [np.full(size + (3,), v, np.uint8) for v in values]
+
+
+def test_write_frames_replaces_a_file_only_when_written_whole(tmp_path,
+                                                              monkeypatch):
+  gif = tmp_path / 'episode.gif'
+  gif.write_bytes(b'earlier')
+  record.write_frames(frames_of([0, 90, 200]), str(gif))
+  with Image.open(gif) as image:
+    assert image.n_frames == 3
+    image.seek(2)
+    np.testing.assert_array_equal(np.asarray(image.convert('RGB'))[0, 0],
+                                  [200, 200, 200])
+  # A write that fails half-way leaves the file as it was, and no temporary.
+  written = gif.read_bytes()
+
+  def failing_save(self, *args, **kwargs):
+    del self, args, kwargs
+    raise OSError(28, 'No space left on device')
+
+  monkeypatch.setattr(Image.Image, 'save', failing_save)
+  with pytest.raises(OSError, match='No space'):
+    record.write_frames(frames_of([1, 2]), str(gif))
+  assert gif.read_bytes() == written
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['episode.gif']
+
+
+def test_mp4_needs_imageio_or_says_what_to_install(tmp_path):
+  path = str(tmp_path / 'episode.mp4')
+  try:
+    import imageio  # pylint: disable=g-import-not-at-top,unused-import
+    import imageio_ffmpeg  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError:
+    problem = record.path_problem(path)
+    assert problem.startswith('writing .mp4 needs ') and (
+        'pip install imageio' in problem), problem
+    with pytest.raises(ImportError, match='pip install imageio'):
+      record.write_frames(frames_of([0, 1]), path)
+    assert not os.listdir(tmp_path)
+    return
+  assert record.path_problem(path) is None
+  values = [0, 60, 120, 180, 240]
+  record.write_frames(frames_of(values, (84, 84)), path, frame_ms=40)
+  reader = imageio.v2.get_reader(path, format='FFMPEG')
+  try:
+    assert reader.get_meta_data()['fps'] == 25
+    read = [frame for frame in reader]
+  finally:
+    reader.close()
+  assert len(read) == len(values)
+  for frame, value in zip(read, values):  # Lossy, but close.
+    assert abs(float(frame.mean()) - value) < 8

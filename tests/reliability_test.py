@@ -2,6 +2,7 @@
 corrupt files, interrupts while starting up."""
 
 import glob
+import hashlib
 import json
 import os
 import pickle
@@ -9,6 +10,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,6 +23,8 @@ from absl import flags
 from absl.testing import flagsaver
 
 from clear import checkpoint as checkpoint_lib
+from clear import plot
+from clear import run_lock
 from clear import run_loop
 from clear import train
 
@@ -288,6 +292,331 @@ def test_ctrl_c_while_starting_up_exits_quietly(tmp_path):
   assert 'Signal 2: stopping' in output and 'Saved checkpoint' in output
   assert 'Traceback' not in output and 'KeyboardInterrupt' not in output
   assert not wait_gone(actors)
+
+
+# --- One run per logdir; refused and interrupted commands ---------------------
+
+
+def files_of(folder):
+  """{path relative to `folder`: md5 of a file, or '/' for a folder}."""
+  found = {}
+  for root, dirs, files in os.walk(folder):
+    for name in dirs:
+      found[os.path.relpath(os.path.join(root, name), folder)] = '/'
+    for name in files:
+      path = os.path.join(root, name)
+      with open(path, 'rb') as f:
+        found[os.path.relpath(path, folder)] = hashlib.md5(
+            f.read()).hexdigest()
+  return found
+
+
+def error_lines(stderr):
+  return [l for l in stderr.splitlines() if l.startswith('error:')]
+
+
+def frames_of_checkpoint(path):
+  return int(tf.train.load_checkpoint(path).get_tensor(
+      'num_env_frames/.ATTRIBUTES/VARIABLE_VALUE'))
+
+
+def test_a_second_run_on_a_live_logdir_is_refused_and_the_first_goes_on(
+    two_checkpoint_run, tmp_path):
+  logdir = copy_of(two_checkpoint_run, tmp_path)
+  first = start(f'--logdir={logdir}', *RUN_FLAGS, '--log_interval_s=1',
+                '--total_environment_frames=100000000',
+                '--checkpoint_interval_s=3600')
+  try:
+    read_until(first, r'First update')
+    # Paused, it holds its lock as it would running, and leaves the CPU to
+    # the commands below.
+    first.send_signal(signal.SIGSTOP)
+    names = set(files_of(logdir))
+    with open(os.path.join(logdir, 'run.json'), 'rb') as f:
+      run_json = f.read()
+    # The same command with another seed: one message naming the live
+    # run, and nothing read or written.
+    second = run_binary(f'--logdir={logdir}', *RUN_FLAGS, '--seed=1')
+    assert second.returncode == 2, second.stderr[-3000:]
+    assert 'Traceback' not in second.stderr
+    errors = error_lines(second.stderr)
+    assert len(errors) == 1, second.stderr[-3000:]
+    assert errors[0].startswith(
+        f'error: --logdir={logdir} is in use by a live training run (PID '
+        f'{first.pid} on host {socket.gethostname()}, started ')
+    assert 'Stop that run first' in errors[0]
+    assert 'Restored' not in second.stderr
+    assert set(files_of(logdir)) == names
+    with open(os.path.join(logdir, 'run.json'), 'rb') as f:
+      assert f.read() == run_json
+    # Test mode and clear.plot read the live logdir, and say so.
+    tested = run_binary('--mode=test', f'--logdir={logdir}',
+                        '--test_num_episodes=2')
+    assert tested.returncode == 0, tested.stderr[-3000:]
+    assert (f'{logdir} is in use by a live training run (PID {first.pid} '
+            in tested.stderr)
+    assert json.loads(tested.stdout)['num_episodes'] == 2
+    notes = plot.say_if_live([logdir])
+    assert len(notes) == 1 and f'PID {first.pid} ' in notes[0]
+    assert first.poll() is None  # Untouched, still training.
+  finally:
+    first.send_signal(signal.SIGCONT)
+    first.send_signal(signal.SIGTERM)
+    output, _ = first.communicate(timeout=180)
+  assert first.returncode == 128 + signal.SIGTERM, output[-3000:]
+  assert 'Saved checkpoint ' + os.path.join(logdir, 'checkpoints',
+                                            'ckpt-3') in output
+  # Its lock went with it: the logdir is free again.
+  assert not os.path.exists(os.path.join(logdir, run_lock.LOCK_FILE))
+  assert run_lock.live_holder(logdir) is None
+
+
+def _copy_without_run_json(run, tmp_path):
+  logdir = copy_of(run, tmp_path)
+  os.remove(os.path.join(logdir, 'run.json'))
+  return logdir
+
+
+@pytest.mark.parametrize('case', ['ddpg_on_cartpole', 'missing_init_from',
+                                  'a_failed_restore'])
+def test_a_refused_command_leaves_the_logdir_as_it_found_it(
+    two_checkpoint_run, tmp_path, case):
+  if case == 'a_failed_restore':
+    # Its checkpoints, but no run.json: a restore with another LSTM fails.
+    logdir = _copy_without_run_json(two_checkpoint_run, tmp_path)
+    args = [*RUN_FLAGS, '--core_size=32']
+    expected = (f'error: Cannot restore {logdir}/checkpoints/ckpt-2: it was '
+                'written for a different network')
+  else:
+    logdir = str(tmp_path / 'new' / 'run')  # Neither exists yet.
+    args = (['--algorithm=ddpg', '--backend=inline']
+            if case == 'ddpg_on_cartpole' else
+            [f'--init_from={tmp_path / "nothing"}'])
+    expected = ('error: DDPG needs continuous actions only'
+                if case == 'ddpg_on_cartpole' else
+                f'error: --init_from={tmp_path / "nothing"}: no such folder '
+                'or checkpoint')
+  before = files_of(str(tmp_path))
+  result = run_binary(f'--logdir={logdir}', *args)
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  errors = error_lines(result.stderr)
+  assert len(errors) == 1 and errors[0].startswith(expected), errors
+  assert files_of(str(tmp_path)) == before  # Nothing written, not a folder.
+  if case == 'a_failed_restore':
+    # The original flags still resume it: nothing recorded the wrong size.
+    with flagsaver.flagsaver():
+      flags.FLAGS.unparse_flags()
+      flags.FLAGS(['train', f'--logdir={logdir}', *RUN_FLAGS])
+      config = train.config_from_flags(flags.FLAGS)
+    assert run_loop._Run(config).restored.endswith('ckpt-2')  # pylint: disable=protected-access
+
+
+def test_a_second_signal_lets_the_final_checkpoint_be_written(
+    two_checkpoint_run, tmp_path):
+  logdir = copy_of(two_checkpoint_run, tmp_path)
+  # Actor processes: stopping them gives the second signal time to come
+  # while the run stops.
+  process = start(f'--logdir={logdir}', *RUN_FLAGS, '--backend=local',
+                  '--num_actors=1', '--total_environment_frames=100000000',
+                  '--checkpoint_interval_s=3600')
+  read_until(process, r'First update')
+  process.send_signal(signal.SIGTERM)
+  time.sleep(0.1)
+  process.send_signal(signal.SIGTERM)
+  output, _ = process.communicate(timeout=180)
+  assert process.returncode == 128 + signal.SIGTERM, output[-3000:]
+  assert 'Signal 15 again: still stopping' in output
+  assert 'Saved checkpoint ' + os.path.join(logdir, 'checkpoints',
+                                            'ckpt-3') in output
+  assert 'Traceback' not in output and 'Interrupted' not in output
+
+
+@pytest.mark.slow  # About 20 s on 2 cores: run by .ci/run's slow step.
+def test_a_third_signal_stops_at_once_and_says_what_was_not_saved(
+    two_checkpoint_run, tmp_path):
+  logdir = copy_of(two_checkpoint_run, tmp_path)
+  process = start(f'--logdir={logdir}', *RUN_FLAGS, '--backend=local',
+                  '--num_actors=1', '--total_environment_frames=100000000',
+                  '--checkpoint_interval_s=3600')
+  lines = read_until(process, r'First update')
+  process.send_signal(signal.SIGTERM)
+  lines += read_until(process, r'Signal 15: stopping')
+  process.send_signal(signal.SIGTERM)
+  lines += read_until(process, r'Signal 15 again')
+  process.send_signal(signal.SIGTERM)  # While the run stops and saves.
+  output, _ = process.communicate(timeout=180)
+  output = ''.join(lines) + output
+  assert process.returncode == 128 + signal.SIGTERM, output[-3000:]
+  assert 'Traceback' not in output
+  last = [l for l in output.splitlines() if l.startswith('Stopped at once')]
+  written = os.path.exists(os.path.join(logdir, 'checkpoints',
+                                        'ckpt-3.index'))
+  if not last:  # It came once everything was done: nothing was lost.
+    assert written and "'stopped_early': True" in output, output[-3000:]
+  elif written:
+    assert 'the final checkpoint ckpt-3 had been written' in last[0]
+  else:
+    assert ('the final checkpoint was NOT written, so the training since '
+            'ckpt-2 (saved ') in last[0]
+  assert run_lock.live_holder(logdir) is None
+
+
+def test_a_replay_that_cannot_fit_is_refused_before_anything_starts(
+    tmp_path):
+  logdir = str(tmp_path / 'pong')
+  result = run_binary('--env=atari:Pong', f'--logdir={logdir}',
+                      '--replay_buffer_size=1000000000', '--backend=inline')
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  errors = error_lines(result.stderr)
+  assert len(errors) == 1, result.stderr[-3000:]
+  # 172,527 bytes per Pong unroll (the README's replay table).
+  assert errors[0].startswith(
+      'error: --replay_buffer_size=1000000000: the replay needs 173 TB '
+      '(172,527,000,000,000 bytes) of memory (173 kB per unroll), and ')
+  assert re.search(r'is available\. Give a smaller --replay_buffer_size '
+                   r'\(about [\d,]+ unrolls fit now\)', errors[0])
+  assert not os.path.exists(logdir)
+
+
+def test_checkpoint_files_gone_but_their_state_left_is_refused(
+    two_checkpoint_run, tmp_path):
+  logdir = copy_of(two_checkpoint_run, tmp_path)
+  checkpoints = os.path.join(logdir, 'checkpoints')
+  for path in glob.glob(os.path.join(checkpoints, 'ckpt-*')) + [
+      os.path.join(checkpoints, 'checkpoint')]:
+    os.remove(path)
+  before = files_of(logdir)
+  result = run_binary(f'--logdir={logdir}', *RUN_FLAGS)
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  errors = error_lines(result.stderr)
+  assert len(errors) == 1 and errors[0].startswith(
+      f'error: {checkpoints} holds state-1, state-2 (replay and run state) '
+      'but no checkpoint: the ckpt-N files are gone'), result.stderr[-3000:]
+  assert files_of(logdir) == before  # The orphaned state is still there.
+
+
+def test_a_finished_run_is_left_as_it_is_and_tilde_is_home(
+    two_checkpoint_run, tmp_path):
+  home = tmp_path / 'home'
+  home.mkdir()
+  logdir = str(home / 'run')
+  shutil.copytree(two_checkpoint_run, logdir)
+  frames = frames_of_checkpoint(os.path.join(logdir, 'checkpoints',
+                                             'ckpt-2'))
+  before = files_of(logdir)
+  # The shell leaves a ~ after = alone; the binary expands it.
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='2',
+             HOME=str(home))
+  result = subprocess.run(
+      [sys.executable, '-m', 'clear.train', '--logdir=~/run', *RUN_FLAGS,
+       f'--total_environment_frames={frames}'], cwd=str(tmp_path), env=env,
+      timeout=240, capture_output=True, text=True)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  assert (f'The run in {logdir} is complete ({frames:,} of {frames:,} '
+          'frames, ckpt-2): nothing to do, and nothing was written.'
+          in result.stderr), result.stderr[-3000:]
+  assert 'could not be found' not in result.stderr
+  assert files_of(logdir) == before  # No checkpoint rotated out.
+  assert sorted(os.listdir(tmp_path)) == ['home']  # No folder named ~.
+
+
+@pytest.mark.slow  # replay_test covers resizing; this, the binary's words.
+def test_a_resume_with_another_replay_size_resizes_the_replay(
+    two_checkpoint_run, tmp_path):
+  logdir = copy_of(two_checkpoint_run, tmp_path)
+  with open(os.path.join(logdir, 'checkpoints', 'state-2', 'replay',
+                         'replay.json')) as f:
+    held = json.load(f)['size']
+  assert held > 2
+  frames = frames_of_checkpoint(os.path.join(logdir, 'checkpoints',
+                                             'ckpt-2'))
+  result = run_binary(f'--logdir={logdir}', *RUN_FLAGS,
+                      '--replay_buffer_size=2',
+                      f'--total_environment_frames={frames + 20}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  assert (f"Replay 'replay' resized from 10,000 to 2 unrolls: kept 2 of the "
+          f'{held} it held (a uniform sample, as a reservoir of this size '
+          'keeps).') in result.stderr, result.stderr[-3000:]
+  assert 'cannot be read' not in result.stderr
+  with open(os.path.join(logdir, 'run.json')) as f:
+    assert json.load(f)['settings']['replay_buffer_size'] == 2
+
+
+def test_a_hand_edited_run_json_is_one_message_naming_the_field(
+    two_checkpoint_run, tmp_path):
+  logdir = copy_of(two_checkpoint_run, tmp_path)
+  path = os.path.join(logdir, 'run.json')
+  with open(path) as f:
+    saved = json.load(f)
+  saved['core_size'] = 'sixteen'
+  with open(path, 'w') as f:
+    json.dump(saved, f)
+  before = files_of(logdir)
+  result = run_binary('--mode=test', f'--logdir={logdir}')
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  assert error_lines(result.stderr) == [
+      f"error: {path}: core_size is 'sixteen', but --core_size takes an "
+      'integer. Put back the value the run was made with, or move the file '
+      'away (or use a new --logdir).']
+  assert files_of(logdir) == before
+
+
+@pytest.fixture(scope='module')
+def minatar_run(tmp_path_factory):
+  """A tiny MinAtar run, made as the binary makes it."""
+  logdir = str(tmp_path_factory.mktemp('minatar'))
+  with flagsaver.flagsaver():
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', f'--logdir={logdir}', '--env=minatar:Breakout',
+                 *RUN_FLAGS[1:]])
+    train.validate(flags.FLAGS)
+    config = train.config_from_flags(flags.FLAGS)
+  run_loop.train(config, max_updates=1)
+  return logdir
+
+
+def test_a_signal_before_the_run_starts_stops_it_and_writes_nothing(
+    minatar_run, tmp_path):
+  logdir = copy_of(minatar_run, tmp_path)
+  before = files_of(logdir)
+  process = start(f'--logdir={logdir}', '--env=minatar:Breakout',
+                  *RUN_FLAGS[1:], '--total_environment_frames=1000000')
+  # Then it checks and restores the run, and imports MinAtar (whose import
+  # swallows a KeyboardInterrupt): nothing is written until that is done.
+  lines = read_until(process, r'Learner on')
+  time.sleep(0.3)  # On a 2-core machine, about when MinAtar is imported.
+  process.send_signal(signal.SIGTERM)
+  output, _ = process.communicate(timeout=120)
+  output = ''.join(lines) + output
+  assert process.returncode == 128 + signal.SIGTERM, output[-3000:]
+  assert 'Interrupted before the run started: nothing was written.' in output
+  assert 'Traceback' not in output and 'Saved checkpoint' not in output
+  assert files_of(logdir) == before
+
+
+def test_ctrl_c_while_test_mode_imports_minatar_stops_it(minatar_run,
+                                                         tmp_path):
+  logdir = copy_of(minatar_run, tmp_path)
+  process = start_in_own_group('--mode=test', f'--logdir={logdir}',
+                               '--test_num_episodes=50')
+  # The env's packages (MinAtar, whose import swallows a Ctrl-C) load
+  # right after the run's settings are read.
+  lines = read_until(process, r'Settings from')
+  time.sleep(0.3)  # On a 2-core machine, about when MinAtar is imported.
+  os.killpg(process.pid, signal.SIGINT)
+  output, _ = process.communicate(timeout=120)
+  output = ''.join(lines) + output
+  assert process.returncode == 130, output[-3000:]
+  assert 'Interrupted.' in output
+  assert 'Traceback' not in output and 'KeyboardInterrupt' not in output
+  assert '"num_episodes"' not in output
+  assert not os.path.exists(os.path.join(logdir, 'test_results.json'))
 
 
 # --- Environment crashes, through the whole runtime ---------------------------

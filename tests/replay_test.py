@@ -177,8 +177,134 @@ def test_restore_rejects_a_different_buffer(tmp_path):
   buffer = replay.ReplayBuffer(2)
   buffer.insert(unroll(1))
   buffer.save(str(tmp_path))
-  with pytest.raises(ValueError, match='capacity'):
-    replay.ReplayBuffer(3).restore(str(tmp_path), unroll(0))
+  with pytest.raises(ValueError, match='sampling'):
+    replay.ReplayBuffer(2, 'fifo').restore(str(tmp_path), unroll(0))
+
+
+def ids_in_slots(buffer):
+  """The uid of each stored unroll, by slot."""
+  return [int(x) for x in buffer._leaves[0][:len(buffer), 0]]
+
+
+def assert_items_are_their_originals(buffer):
+  """Every stored unroll is, leaf for leaf, the `unroll(uid)` it was."""
+  for slot, uid in enumerate(ids_in_slots(buffer)):
+    got = tree.map_structure(lambda x: x[0], buffer.get([slot]))
+    tree.map_structure(np.testing.assert_array_equal, got, unroll(uid))
+
+
+@pytest.mark.parametrize('storage', ['memory', 'memmap'])
+def test_a_fifo_restored_into_another_capacity_keeps_the_newest(tmp_path,
+                                                                storage):
+  def buffer(capacity, name):
+    return replay.ReplayBuffer(capacity, 'fifo', storage=storage,
+                               directory=str(tmp_path / name))
+
+  for old, new, offered in ((6, 4, 20), (4, 6, 10), (4, 9, 3), (6, 4, 5)):
+    saved = buffer(old, 'a')
+    for uid in range(offered):
+      saved.insert(unroll(uid))
+    saved.save(str(tmp_path / f'{old}_{new}_{offered}'))
+    restored = buffer(new, 'b')
+    info = restored.restore(str(tmp_path / f'{old}_{new}_{offered}'),
+                            unroll(0))
+    kept = min(new, offered, old)
+    assert info == replay.Restored(old, min(old, offered), kept)
+    assert sorted(ids_in_slots(restored)) == list(range(
+        min(old, offered) - kept + max(0, offered - old),
+        max(0, offered - old) + min(old, offered)))
+    assert_items_are_their_originals(restored)
+    # From here on, once full, it holds what a FIFO of the new capacity
+    # that had seen every unroll holds: each insert drops the oldest.
+    reference = buffer(new, 'c')
+    for uid in range(offered):
+      reference.insert(unroll(uid))
+    for uid in range(offered, offered + 2 * new):
+      reference.insert(unroll(uid))
+      restored.insert(unroll(uid))
+      got, want = set(ids_in_slots(restored)), set(ids_in_slots(reference))
+      assert got <= want
+      assert got == want or len(restored) < new
+    assert sorted(ids_in_slots(restored)) == list(range(
+        offered + new, offered + 2 * new))
+    # Saved and restored again at the new size, it goes on the same way.
+    restored.save(str(tmp_path / 'again'))
+    again = buffer(new, 'd')
+    again.restore(str(tmp_path / 'again'), unroll(0))
+    for uid in range(offered + 2 * new, offered + 3 * new - 1):
+      assert again.insert(unroll(uid)) == restored.insert(unroll(uid))
+    assert ids_in_slots(again) == ids_in_slots(restored)
+
+
+def test_a_reservoir_shrunk_on_restore_keeps_a_uniform_sample(tmp_path):
+  # 10 of 40 unrolls stored; restored into 4, each of the 40 must then be
+  # kept with chance 4 / 40, as by a reservoir that always had 4.
+  counts = np.zeros(40)
+  trials = 200
+  for trial in range(trials):
+    saved = replay.ReplayBuffer(10, 'reservoir', seed=trial)
+    for uid in range(40):
+      saved.insert(unroll(uid))
+    saved.save(str(tmp_path / 'state'))
+    restored = replay.ReplayBuffer(4, 'reservoir', seed=0)
+    info = restored.restore(str(tmp_path / 'state'), unroll(0))
+    assert info == replay.Restored(10, 10, 4) and len(restored) == 4
+    assert set(ids_in_slots(restored)) <= set(ids_in_slots(saved))
+    counts[ids_in_slots(restored)] += 1
+    if trial == 0:
+      assert_items_are_their_originals(restored)
+      assert restored.num_seen == 40
+  # Binomial sd of a frequency of 0.1 over 200 trials: 0.021.
+  np.testing.assert_allclose(counts / trials, 4 / 40, atol=0.08)
+  # Early and late unrolls alike.
+  assert abs((counts[:20] - counts[20:]).mean()) / trials < 0.03
+  # Grown, it keeps everything it held.
+  restored = replay.ReplayBuffer(16, 'reservoir')
+  assert restored.restore(str(tmp_path / 'state'), unroll(0)) == (
+      replay.Restored(10, 10, 10))
+  assert sorted(ids_in_slots(restored)) == sorted(ids_in_slots(saved))
+
+
+def test_priorities_follow_their_unrolls_into_another_capacity(tmp_path):
+  kwargs = dict(prioritized=True, slots_per_item=2)
+  saved = replay.ReplayBuffer(5, 'fifo', **kwargs)
+  for uid in range(8):
+    saved.insert(unroll(uid))
+  ids = ids_in_slots(saved)
+  saved.update_priorities(np.repeat(np.arange(5), 2), np.tile([0, 1], 5),
+                          [10 * ids[i // 2] + i % 2 for i in range(10)])
+  saved.save(str(tmp_path))
+  restored = replay.ReplayBuffer(3, 'fifo', **kwargs)
+  restored.restore(str(tmp_path), unroll(0))
+  expected = [[10 * uid, 10 * uid + 1] for uid in ids_in_slots(restored)]
+  np.testing.assert_array_equal(restored.priorities, expected)
+  assert sorted(ids_in_slots(restored)) == [5, 6, 7]
+
+
+def test_the_storage_plan_is_what_the_first_insert_allocates(tmp_path):
+  for storage in ('memory', 'memmap'):
+    plain = replay.ReplayBuffer(7, storage=storage,
+                                directory=str(tmp_path / f'p{storage}'))
+    plan = plain.storage_plan(unroll(1))
+    # An independent count: every leaf of an unroll, 7 times.
+    expected = sum(7 * np.asarray(x).nbytes for x in tree.flatten(unroll(1)))
+    assert plan.memory_bytes + plan.disk_bytes == expected
+    assert plan.disk_bytes == (expected if storage == 'memmap' else 0)
+    assert plan.item_bytes == -(-expected // 7) and plan.capacity == 7
+    plain.insert(unroll(1))
+    assert plain.nbytes == expected
+    stacked = replay.ReplayBuffer(7, storage=storage,
+                                  directory=str(tmp_path / f's{storage}'),
+                                  stacked_observations=('frame',))
+    plan = stacked.storage_plan(unroll(1))
+    stacked.insert(unroll(1))
+    assert plan.memory_bytes + plan.disk_bytes == stacked.nbytes
+    # Frames: T + K = 5 planes of 6 x 6 per unroll instead of 4 stacks of
+    # 6 x 6 x 2; the table (4 x 2 uint8) and a flag stay in memory.
+    frames = 7 * 5 * 6 * 6
+    assert expected - stacked.nbytes == 7 * 4 * 6 * 6 * 2 - frames - 7 * 9
+    assert plan.disk_bytes == (stacked.nbytes - 7 * 9 if storage == 'memmap'
+                               else 0)
 
 
 @pytest.mark.parametrize('kwargs,match', [
@@ -508,6 +634,40 @@ def test_frame_once_save_and_restore_round_trip(tmp_path, atari_unrolls,
   for item in atari_unrolls[40:60]:
     assert buffer.insert(item) == restored.insert(item)
   assert_nests_equal(restored.sample(16), buffer.sample(16))
+
+
+@pytest.mark.parametrize('storage,sampling', [('memory', 'reservoir'),
+                                              ('memmap', 'fifo')])
+def test_frame_once_stores_restored_into_another_capacity(
+    tmp_path, atari_unrolls, storage, sampling):
+  mixed = list(atari_unrolls[:20])
+  rng = np.random.default_rng(3)
+  for uid in range(20, 26):  # Unrolls that spill past the budget.
+    noise = rng.integers(0, 256, (9, 84, 84, 4), dtype=np.uint8)
+    mixed.append(unroll_with_frames(uid, noise, np.zeros(9)))
+  rng.shuffle(mixed)
+  by_uid = {int(item.agent_state[0][0]): item for item in mixed}
+  kwargs = lambda name: dict(seed=4, storage=storage,
+                             directory=str(tmp_path / name))
+  buffer = stacked_buffer(20, sampling, **kwargs('mm'))
+  for item in mixed:
+    buffer.insert(item)
+  assert buffer.frame_stores['frame'].num_spilled > 0
+  buffer.save(str(tmp_path / 'state'))
+  for capacity in (7, 30):
+    restored = stacked_buffer(capacity, sampling,
+                              **kwargs(f'mm{capacity}'))
+    info = restored.restore(str(tmp_path / 'state'), mixed[0])
+    assert info == replay.Restored(20, 20, min(20, capacity))
+    ids = ids_in_slots(restored)
+    assert set(ids) <= set(ids_in_slots(buffer))
+    if sampling == 'fifo':  # The newest of the 26, all distinct.
+      newest = [int(item.agent_state[0][0]) for item in mixed[-len(ids):]]
+      assert sorted(ids) == sorted(newest)
+    for slot, uid in enumerate(ids):
+      assert_nests_equal(tree.map_structure(lambda x: x[0],
+                                            restored.get([slot])),
+                         by_uid[uid])
 
 
 @pytest.mark.parametrize('storage', ['memory', 'memmap'])

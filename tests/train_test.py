@@ -124,6 +124,7 @@ def test_sc2_without_the_game_says_how_to_install_it(tmp_path):
   assert result.returncode == 2
   assert 'SC2PATH' in result.stderr and 'StarCraft II' in result.stderr
   assert 'Traceback' not in result.stderr
+  assert sorted(os.listdir(tmp_path)) == []  # A refused run writes nothing.
 
 
 def test_unknown_game_gives_one_message_and_no_traceback(tmp_path):
@@ -186,6 +187,19 @@ def test_unknown_game_gives_one_message_and_no_traceback(tmp_path):
     (['--frames_per_task=100'], 'need a sequence --env'),
     (['--env=gym:CartPole-v1,gym:Acrobot-v1', '--frames_per_task=100',
       '--total_environment_frames=150'], 'leave it unset for a sequence'),
+    (['--replay_buffer_size=8'], '--replay_buffer_size=8 holds fewer '
+     'unrolls than the 16 replayed in each batch (--batch_size=32 x '
+     '--replay_proportion=0.5); give --replay_buffer_size >= 16.'),
+    (['--replay_prefill_unrolls=200', '--replay_buffer_size=100'],
+     '--replay_prefill_unrolls=200 exceeds --replay_buffer_size=100'),
+    (['--algorithm=sac', '--env=gym:Pendulum-v1', '--replay_capacity=100'],
+     'learning_starts (1000 transitions) exceeds the 96 that '
+     'replay_capacity=100 holds (whole unrolls of 8)'),
+    (['--mode=test', '--record=/nonexistent/clear/x.gif'],
+     '--record=/nonexistent/clear/x.gif: its folder does not exist.'),
+    (['--mode=test', '--record=/tmp/x.txt'], '--record=/tmp/x.txt: the '
+     'format is taken from the extension, which must be .gif or .mp4'),
+    (['--record_overwrite'], '--record_overwrite needs --record.'),
 ])
 def test_validate_rejects_impossible_combinations(args, message):
   with flagsaver.flagsaver():
@@ -415,7 +429,8 @@ def test_a_resume_keeps_the_settings_its_run_json_records(tmp_path, caplog,
   assert recorded == {'batch_size': 32,
                       'total_environment_frames': 40_000_000,
                       'learning_rate': 1e-3, 'optimizer': 'rmsprop',
-                      'reward_scaling': 1.0, 'envs_per_actor': 32}
+                      'reward_scaling': 1.0, 'envs_per_actor': 32,
+                      'replay_buffer_size': 10_000}
   # Its command without the flags resumes it unchanged...
   # Parsing the flags sets absl's logger to WARNING: catch its INFO here.
   infos = []
@@ -461,6 +476,29 @@ def test_a_resume_keeps_the_settings_its_run_json_records(tmp_path, caplog,
   assert 'total_environment_frames=80000000' in warnings[0]
   assert 'batch_size=' not in warnings[0].split('continues with')[1].split(
       '. If')[0]
+
+
+def test_a_resume_keeps_its_replay_size_and_checks_what_run_json_holds(
+    tmp_path):
+  logdir = str(tmp_path / 'run')
+  big = _atari_config(f'--logdir={logdir}', '--replay_buffer_size=20000')
+  train.checkpoint_lib.check_run_identity(
+      logdir, run_loop.run_identity(big), run_loop.run_settings(big))
+  assert _atari_config(f'--logdir={logdir}').replay_buffer_size == 20_000
+  assert _atari_config(f'--logdir={logdir}', '--replay_buffer_size=5000'
+                      ).replay_buffer_size == 5000
+  # A value of the wrong type (a hand edit) is one message, not a
+  # TypeError in validate.
+  path = os.path.join(logdir, 'run.json')
+  with open(path) as f:
+    saved = json.load(f)
+  saved['settings']['batch_size'] = '32'
+  with open(path, 'w') as f:
+    json.dump(saved, f)
+  with pytest.raises(train.checkpoint_lib.CheckpointError,
+                     match=re.escape(f"{path}: batch_size is '32', but "
+                                     '--batch_size takes an integer.')):
+    _atari_config(f'--logdir={logdir}')
 
 
 def test_a_kept_setting_is_validated_against_the_flags_given(tmp_path):
@@ -644,13 +682,16 @@ def test_an_unwritable_logdir_is_refused_before_anything_starts(tmp_path,
   assert 'Restored' not in result.stderr
 
 
-def test_logdir_problem():
+def test_logdir_problem(tmp_path):
   assert train.logdir_problem(os.path.abspath(__file__), create=False) == (
       f'{os.path.abspath(__file__)} is a file, not a folder')
   assert train.logdir_problem(os.path.join(os.path.abspath(__file__), 'x'),
                               create=True).endswith('is a file, not a folder')
   assert 'No such file' in train.logdir_problem('/nonexistent/clear/run',
                                                 create=False)
+  # A folder that may be made is checked where it would be, not made.
+  assert train.logdir_problem(str(tmp_path / 'a' / 'b'), create=True) is None
+  assert os.listdir(tmp_path) == []
 
 
 def test_a_short_run_ends_with_progress_and_runtime_summaries(tmp_path):
@@ -693,6 +734,18 @@ def test_test_mode_records_an_episode_as_a_gif(tmp_path, cartpole_v0_run):
     assert image.size == (160, 160)  # MinAtar's 10x10 board, x16.
   assert json.loads(result.stdout[:result.stdout.index('Recorded')])[
       'num_episodes'] == 2
+  # Asked again, it refuses the file it wrote, before playing anything.
+  with open(gif, 'rb') as f:
+    recorded = f.read()
+  result = run_binary('--mode=test', f'--logdir={logdir}', f'--record={gif}',
+                      timeout=120)
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  assert (f'error: --record={gif}: the file exists; pass --record_overwrite '
+          'to replace it, or choose another path.') in result.stderr
+  assert 'num_episodes' not in result.stdout
+  with open(gif, 'rb') as f:
+    assert f.read() == recorded
   # A run without pictures is refused before any episode is played.
   result = run_binary('--mode=test', f'--logdir={cartpole_v0_run}',
                       f'--record={tmp_path / "cartpole.gif"}', timeout=120)

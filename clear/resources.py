@@ -1,0 +1,167 @@
+"""What a run's replay will take of the machine, checked before it starts.
+
+A replay buffer allocates its whole capacity at its first insert (see
+`clear.replay.ReplayBuffer.storage_plan`): in memory, or for memmap storage
+as `.npy` files under the logdir. A capacity the machine cannot hold would
+otherwise fail minutes later with a NumPy memory error, after a checkpoint
+was written. `check_replay_fits` compares the plan with the memory
+available now (psutil's `available`: free plus reclaimable caches) and the
+free disk under the memmap folder, and refuses with one message naming the
+flag, the bytes needed and the bytes there are.
+"""
+
+import glob
+import logging
+import os
+import shutil
+from typing import Dict, List, NamedTuple, Optional
+
+import psutil
+
+from clear import replay as replay_lib
+
+# Above this share of what is available, the run starts with a warning:
+# the learner's TensorFlow and the actors need memory too.
+WARN_SHARE = 0.8
+
+
+class ReplayNeed(NamedTuple):
+  """One buffer's plan and the flag that sizes it.
+
+  Attributes:
+    flag: e.g. '--replay_buffer_size', for messages.
+    value: the flag's value.
+    plan: `ReplayBuffer.storage_plan`.
+    directory: where its memmap files go (None in memory).
+    per_item: how many of the flag's units one stored unroll holds (1 for
+      a capacity in unrolls, the unroll length for one in transitions).
+    unit: the flag's unit, for messages.
+  """
+  flag: str
+  value: int
+  plan: replay_lib.StoragePlan
+  directory: Optional[str] = None
+  per_item: int = 1
+  unit: str = 'unrolls'
+
+  def fitting(self, budget: int, used: int) -> int:
+    """About the largest flag value whose buffer takes at most `budget`
+    bytes, when this one's takes `used`."""
+    return max(0, budget) // max(1, _per_item(used, self)) * self.per_item
+
+
+class ReplayTooLarge(ValueError):
+  """A replay buffer cannot fit in the memory or disk there is."""
+
+
+def format_bytes(n: float) -> str:
+  """E.g. '1.73 GB' (decimal units, as the log's replay line)."""
+  for unit in ('bytes', 'kB', 'MB', 'GB', 'TB', 'PB'):
+    if abs(n) < 1000 or unit == 'PB':
+      return f'{n:,.0f} bytes' if unit == 'bytes' else f'{n:.3g} {unit}'
+    n /= 1000
+
+
+def _exact(n: int) -> str:
+  return f'{format_bytes(n)} ({n:,} bytes)' if n >= 1000 else format_bytes(n)
+
+
+def _per_item(nbytes: int, need: ReplayNeed) -> int:
+  return -(-nbytes // need.plan.capacity)
+
+
+def free_disk(folder: str) -> int:
+  """Free bytes on the file system of `folder` (or of its nearest existing
+  parent), plus what the memmap files already there take, as a new buffer
+  replaces them."""
+  existing = sum(os.path.getsize(p) for p in glob.glob(
+      os.path.join(glob.escape(folder), '*.npy')) if os.path.isfile(p))
+  path = os.path.abspath(folder)
+  while not os.path.exists(path):
+    path = os.path.dirname(path)
+  return shutil.disk_usage(path).free + existing
+
+
+def replay_needs(buffer: Optional[replay_lib.ReplayBuffer],
+                 replay_buffer_size: int,
+                 policy_buffers: Dict[str, replay_lib.ReplayBuffer],
+                 learner_config, item) -> List[ReplayNeed]:
+  """The needs of a run's buffers: the CLEAR replay `buffer` (or None),
+  sized by --replay_buffer_size, and the buffers an off-policy learner owns
+  (sized by --replay_capacity transitions), for unrolls like `item`."""
+  needs = []
+  if buffer is not None:
+    needs.append(ReplayNeed(
+        '--replay_buffer_size', replay_buffer_size, buffer.storage_plan(item),
+        buffer.directory if buffer.storage == 'memmap' else None))
+  for name, owned in policy_buffers.items():
+    if hasattr(learner_config, 'replay_capacity'):
+      needs.append(ReplayNeed(
+          '--replay_capacity', learner_config.replay_capacity,
+          owned.storage_plan(item), per_item=learner_config.unroll_length,
+          unit='transitions'))
+    else:
+      needs.append(ReplayNeed(f'the capacity of replay {name!r}',
+                              owned.capacity, owned.storage_plan(item)))
+  return needs
+
+
+def check_replay_fits(needs: List[ReplayNeed],
+                      available_memory: Optional[int] = None,
+                      disk_free: Optional[int] = None) -> List[str]:
+  """Refuses replay buffers the machine cannot hold; logs (and returns) a
+  warning for ones that fit but take most of the memory there is.
+
+  Args:
+    needs: the run's buffers.
+    available_memory: bytes of memory available (default: psutil's).
+    disk_free: free bytes for memmap files (default: `free_disk` of each
+      buffer's directory).
+
+  Returns:
+    The warnings logged.
+
+  Raises:
+    ReplayTooLarge: one line naming the flag, the bytes needed and the
+      bytes available.
+  """
+  if available_memory is None:
+    available_memory = psutil.virtual_memory().available
+  warnings = []
+  memory = sum(n.plan.memory_bytes for n in needs)
+  if needs and memory > available_memory:
+    biggest = max(needs, key=lambda n: n.plan.memory_bytes)
+    fits = biggest.fitting(available_memory - (
+        memory - biggest.plan.memory_bytes), biggest.plan.memory_bytes)
+    raise ReplayTooLarge(
+        f'{biggest.flag}={biggest.value}: the replay needs '
+        f'{_exact(memory)} of memory '
+        f'({format_bytes(_per_item(biggest.plan.memory_bytes, biggest))} '
+        'per unroll), and '
+        f'{_exact(available_memory)} is available. Give a smaller '
+        f'{biggest.flag} (about '
+        f'{fits:,} {biggest.unit} fit now)' + (
+            ', or --replay_storage=memmap to keep it on disk under --logdir.'
+            if biggest.flag == '--replay_buffer_size' and
+            biggest.directory is None else '.'))
+  if needs and memory > WARN_SHARE * available_memory:
+    warnings.append(
+        f'The replay will take {format_bytes(memory)} of the '
+        f'{format_bytes(available_memory)} of memory available now: the '
+        'learner and the actors may run short.')
+  for need in needs:
+    if not need.plan.disk_bytes:
+      continue
+    free = disk_free if disk_free is not None else free_disk(need.directory)
+    if need.plan.disk_bytes > free:
+      raise ReplayTooLarge(
+          f'{need.flag}={need.value}: the memory-mapped replay needs '
+          f'{_exact(need.plan.disk_bytes)} of disk '
+          f'({format_bytes(_per_item(need.plan.disk_bytes, need))} per '
+          f'unroll) under {need.directory}, '
+          f'and {_exact(free)} is free there. Give a smaller {need.flag} '
+          f'(about {need.fitting(free, need.plan.disk_bytes):,} '
+          f'{need.unit} fit), or another --logdir.')
+  for warning in warnings:
+    logging.warning('%s', warning)
+  return warnings

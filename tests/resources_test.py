@@ -1,0 +1,99 @@
+"""Tests of clear.resources: a replay the machine cannot hold is refused."""
+
+import logging
+
+import pytest
+
+from clear import algorithms
+from clear import learner as learner_lib
+from clear import policy as policy_lib
+from clear import replay
+from clear import resources
+from clear import run_loop
+
+GB = 10**9
+
+
+def plan(memory, disk, capacity):
+  return replay.StoragePlan(memory, disk, capacity)
+
+
+def test_a_replay_larger_than_the_memory_is_one_line_with_the_bytes():
+  need = resources.ReplayNeed('--replay_buffer_size', 1_000_000,
+                              plan(172_527 * 1_000_000, 0, 1_000_000))
+  with pytest.raises(resources.ReplayTooLarge) as raised:
+    resources.check_replay_fits([need], available_memory=16 * GB)
+  message = str(raised.value)
+  assert '\n' not in message
+  assert message.startswith(
+      '--replay_buffer_size=1000000: the replay needs 173 GB '
+      '(172,527,000,000 bytes) of memory (173 kB per unroll), and 16 GB '
+      '(16,000,000,000 bytes) is available.')
+  # 16e9 // 172,527 = 92,739 unrolls.
+  assert 'about 92,739 unrolls fit now' in message
+  assert '--replay_storage=memmap' in message
+  # One that fits passes; one that takes most of the memory is warned of.
+  assert resources.check_replay_fits([need], 250 * GB) == []
+  warnings = resources.check_replay_fits([need], 180 * GB)
+  assert len(warnings) == 1 and 'may run short' in warnings[0]
+
+
+def test_memmap_needs_its_disk_and_its_tables_in_memory(tmp_path):
+  need = resources.ReplayNeed('--replay_buffer_size', 100,
+                              plan(900, 10_000, 100), str(tmp_path / 'mm'))
+  resources.check_replay_fits([need], available_memory=1000,
+                              disk_free=10_000)
+  with pytest.raises(resources.ReplayTooLarge,
+                     match=r'memory-mapped replay needs 10 kB \(10,000 '
+                     r'bytes\) of disk \(100 bytes per unroll\) under '
+                     + str(tmp_path / 'mm') + r', and 5 kB .*\(about 50 '
+                     'unrolls fit'):
+    resources.check_replay_fits([need], available_memory=1000,
+                                disk_free=5000)
+  with pytest.raises(resources.ReplayTooLarge) as raised:
+    resources.check_replay_fits([need], available_memory=800,
+                                disk_free=10_000)
+  assert '--replay_storage=memmap' not in str(raised.value)  # It is.
+  # The disk free is counted where the folder will be, with the files a new
+  # buffer replaces there.
+  (tmp_path / 'mm').mkdir()
+  (tmp_path / 'mm' / 'leaf_000.npy').write_bytes(b'x' * 5000)
+  assert (resources.free_disk(str(tmp_path / 'mm')) -
+          resources.free_disk(str(tmp_path / 'elsewhere' / 'mm'))) in range(
+              5000 - 4096 * 64, 5000 + 4096 * 64)
+
+
+def test_off_policy_capacities_are_named_in_transitions():
+  need = resources.ReplayNeed('--replay_capacity', 1_000_000,
+                              plan(50_000 * 10**6, 0, 50_000),
+                              per_item=20, unit='transitions')
+  with pytest.raises(resources.ReplayTooLarge,
+                     match=r'--replay_capacity=1000000: .*about 20,000 '
+                     r'transitions fit now\)\.$'):
+    resources.check_replay_fits([need], available_memory=1 * GB)
+
+
+def default_replay_need(env_name, core_size, num_envs=1):
+  spec = run_loop.env_spec(run_loop.RunConfig(
+      env_name, {}, 'impala', policy_lib.AgentConfig('auto', core_size),
+      learner_lib.LearnerConfig(), '/nonexistent'))
+  policy = algorithms.make_policy('impala', spec,
+                                  policy_lib.AgentConfig('auto', core_size))
+  item = run_loop.split_unrolls(policy_lib.example_batch(policy, 20,
+                                                         num_envs))[0]
+  buffer = replay.ReplayBuffer(10_000,
+                               stacked_observations=spec.stacked_frames)
+  return resources.replay_needs(buffer, 10_000, {}, None, item)
+
+
+@pytest.mark.parametrize('env_name,core_size,item_bytes', [
+    ('atari:Pong', 256, 172_527),  # The README's replay table.
+    ('minatar:Seaquest', 128, 23_074),
+])
+def test_the_default_buffers_fit_a_modest_machine(env_name, core_size,
+                                                 item_bytes, caplog):
+  needs = default_replay_need(env_name, core_size)
+  assert needs[0].plan.item_bytes == item_bytes
+  assert needs[0].plan.memory_bytes == 10_000 * item_bytes
+  with caplog.at_level(logging.WARNING):
+    assert resources.check_replay_fits(needs, available_memory=4 * GB) == []
