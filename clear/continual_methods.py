@@ -8,6 +8,18 @@ its kept unrolls are part of the identity its run.json records, and a resume
 with another method is refused; the penalty's weight, online EWC's decay and
 the number of Fisher batches are settings a resume may change (kept from
 run.json when their flags are left unset, like the batch size).
+
+Defaults (`learner.LearnerConfig`): 100 Fisher batches of `batch_size`
+unrolls and gamma 0.99, as CORA (Powers et al. 2022) used; the Fisher drawn
+from the task's last 100,000 frames (5,000 MinAtar unrolls, about 100 MB),
+where CORA kept 1M frames on disk; lambda 1000. This project's losses are
+sums over the T x B steps of a batch, as TorchBeast's and so CORA's, so
+lambda is in CORA's units: CORA ran EWC at 10,000 and Progress & Compress
+searched 500 to 3,000. On MinAtar (Breakout then Freeway, 20k frames each)
+lambda 1000 gave penalty gradients of about a quarter of the clipped task
+gradient's norm after 20k frames of drift, growing with the drift of a
+longer task; 10,000 would outweigh the task's gradient well before the end
+of a 1M-frame task.
 """
 
 from typing import Dict

@@ -16,6 +16,16 @@ gradient of each batch's loss,
 
   F_i = 1/M sum_m (d loss_m / d theta_i)^2.
 
+The sum over K anchors costs K passes over the weights on every update;
+`merge_anchors` folds it, once per task boundary, into one quadratic with
+the same value and gradient,
+
+  sum_k F_k (theta - theta*_k)^2 = A (theta - m)^2 + r,
+  A = sum_k F_k,  m = sum_k F_k theta*_k / A,  r = sum_k F_k (theta*_k - m)^2,
+
+so the penalty costs one pass whatever the number of tasks
+(`merged_penalty`).
+
 Everything works on any list of variables (the whole agent for EWC; a part
 of a network for a method that consolidates only that part), and is pure
 maths except `EwcState`, the `tf.Module` that holds anchors and Fishers as
@@ -35,6 +45,17 @@ Attributes:
   total: float32 scalar, lambda / 2 * sum of `per_task`.
   per_task: float32 `[K]`, sum_i F_k,i (theta_i - theta*_k,i)^2 for each of
     the K anchors (unweighted).
+"""
+
+MergedAnchors = collections.namedtuple(
+    'MergedAnchors', ['precision', 'center', 'residual'])
+MergedAnchors.__doc__ = """K anchors folded into one quadratic (`merge_anchors`).
+
+Attributes:
+  precision: N tensors shaped like the variables, A = sum_k F_k.
+  center: N tensors, m = sum_k F_k theta*_k / A (0 where A is 0).
+  residual: float64 scalar, r = sum_k sum_i F_k,i (theta*_k,i - m_i)^2,
+    the part of the penalty no weights can remove (0 for one anchor).
 """
 
 FisherSummary = collections.namedtuple(
@@ -152,6 +173,79 @@ def ewc_penalty(variables: Sequence[tf.Tensor],
   return EwcPenalty(total=total, per_task=per_task)
 
 
+def merge_anchors(anchors: Sequence[Sequence[tf.Tensor]],
+                  fishers: Sequence[Sequence[tf.Tensor]]) -> MergedAnchors:
+  """Folds K anchors and Fishers into `MergedAnchors` (see the module doc).
+
+  Computed in float64 and cast back to the variables' dtype: with a single
+  anchor (or where only one Fisher is nonzero) the center is that anchor
+  bit for bit and the residual exactly 0, so the penalty is exactly 0 there.
+
+  Args:
+    anchors: K lists of N tensors, theta*_k.
+    fishers: K lists of N tensors shaped alike, F_k (>= 0).
+
+  Raises:
+    ValueError: no anchor, or lists that differ in length or shapes.
+  """
+  name = 'merge_anchors'
+  if len(anchors) != len(fishers) or not anchors:
+    raise ValueError(f'{name}: needs as many anchors as Fishers, at least '
+                     f'one; got {len(anchors)} and {len(fishers)}.')
+  reference = [tf.convert_to_tensor(a) for a in anchors[0]]
+  for k in range(len(anchors)):
+    _check_same_shapes(name, f'anchors[{k}]',
+                       [tf.convert_to_tensor(a) for a in anchors[k]],
+                       reference)
+    _check_same_shapes(name, f'fishers[{k}]',
+                       [tf.convert_to_tensor(f) for f in fishers[k]],
+                       reference)
+  precision, center = [], []
+  residual = tf.constant(0.0, tf.float64)
+  for i, ref in enumerate(reference):
+    stack = lambda tensors, i=i: tf.stack(
+        [tf.cast(t[i], tf.float64) for t in tensors])
+    anchor, fisher = stack(anchors), stack(fishers)  # [K, ...]
+    total = tf.reduce_sum(fisher, 0)
+    mean = tf.math.divide_no_nan(tf.reduce_sum(fisher * anchor, 0), total)
+    residual += tf.reduce_sum(fisher * tf.square(anchor - mean[None]))
+    precision.append(tf.cast(total, ref.dtype))
+    center.append(tf.cast(mean, ref.dtype))
+  return MergedAnchors(precision, center, residual)
+
+
+def merged_penalty(variables: Sequence[tf.Tensor], merged: MergedAnchors,
+                   lam) -> tf.Tensor:
+  """lambda / 2 * (sum_i A_i (theta_i - m_i)^2 + r): `ewc_penalty`'s total
+  for the anchors `merged` folds, at the cost of one anchor.
+
+  Its gradient with respect to theta_i is lambda * A_i (theta_i - m_i) =
+  lambda * sum_k F_k,i (theta_i - theta*_k,i); none reaches `merged`.
+
+  Args:
+    variables: N float tensors (or variables), theta.
+    merged: `MergedAnchors` (tensors or variables) shaped like them.
+    lam: lambda, python float or float32 scalar.
+
+  Returns:
+    float32 scalar.
+
+  Raises:
+    ValueError: lists that differ in length or shapes.
+  """
+  name = 'merged_penalty'
+  variables = [tf.convert_to_tensor(v) for v in variables]
+  precision = [tf.stop_gradient(tf.convert_to_tensor(p))
+               for p in merged.precision]
+  center = [tf.stop_gradient(tf.convert_to_tensor(c)) for c in merged.center]
+  _check_same_shapes(name, 'precision', precision, variables)
+  _check_same_shapes(name, 'center', center, variables)
+  quadratic = tf.add_n([tf.reduce_sum(p * tf.square(v - c))
+                        for v, c, p in zip(variables, center, precision)])
+  residual = tf.cast(tf.stop_gradient(merged.residual), quadratic.dtype)
+  return tf.cast(lam, quadratic.dtype) / 2.0 * (quadratic + residual)
+
+
 def summarize_fisher(fisher: Sequence[tf.Tensor],
                      num_batches: int) -> FisherSummary:
   """Mean and largest entry of a diagonal Fisher (all its variables)."""
@@ -182,10 +276,16 @@ class EwcState(tf.Module):
   merges the new Fisher into the running one (`online_fisher`). Slots start
   with zero Fishers, so they add nothing to the penalty until written.
 
+  The penalty itself reads `merged`, the slots folded by `merge_anchors`
+  at every `consolidate`, so it costs one pass over the weights however
+  many tasks there are.
+
   Attributes:
     online: whether this is online EWC.
     anchors, fishers: `num_slots` lists of non-trainable variables shaped
       like the variables given.
+    merged: `MergedAnchors` of non-trainable variables (precision and
+      center shaped like the variables, a float64 residual).
     filled: int32 `[num_slots]`, 1 for a slot that holds an anchor.
     num_boundaries: int64, the task boundaries consolidated so far (the run
       loop's segment index at the last one), so a resumed run neither
@@ -211,6 +311,9 @@ class EwcState(tf.Module):
 
     self.anchors = [zeros('anchor', k) for k in range(num_slots)]
     self.fishers = [zeros('fisher', k) for k in range(num_slots)]
+    self.merged = MergedAnchors(
+        zeros('precision', 0), zeros('center', 0),
+        tf.Variable(0.0, dtype=tf.float64, trainable=False, name='residual'))
     self.filled = tf.Variable(tf.zeros([num_slots], tf.int32),
                               trainable=False, name='filled')
     self.num_boundaries = tf.Variable(0, dtype=tf.int64, trainable=False,
@@ -225,9 +328,10 @@ class EwcState(tf.Module):
     """Slots that hold an anchor."""
     return int(tf.reduce_sum(self.filled))
 
-  def penalty(self, variables: Sequence[tf.Tensor], lam) -> EwcPenalty:
-    """`ewc_penalty` of `variables` (in the order given at construction)."""
-    return ewc_penalty(variables, self.anchors, self.fishers, lam)
+  def penalty(self, variables: Sequence[tf.Tensor], lam) -> tf.Tensor:
+    """`ewc_penalty`'s total for `variables` (in the order given at
+    construction), computed by `merged_penalty`."""
+    return merged_penalty(variables, self.merged, lam)
 
   def consolidate(self, slot: int, values: Sequence[tf.Tensor],
                   fisher: Sequence[tf.Tensor], gamma: float = 1.0):
@@ -255,3 +359,9 @@ class EwcState(tf.Module):
     for variable, value in zip(self.fishers[slot], fisher):
       variable.assign(value)
     self.filled.scatter_nd_update([[slot]], [1])
+    merged = merge_anchors(self.anchors, self.fishers)
+    for variables, values in ((self.merged.precision, merged.precision),
+                              (self.merged.center, merged.center)):
+      for variable, value in zip(variables, values):
+        variable.assign(value)
+    self.merged.residual.assign(merged.residual)

@@ -706,7 +706,7 @@ class ImpalaClearLearner(snt.Module):
           self.config.policy_cloning_cost, self.config.value_cloning_cost)
       if self.continual is not None:
         penalty = self.continual.penalty(self.agent.trainable_variables,
-                                         self.config.ewc_lambda).total
+                                         self.config.ewc_lambda)
         loss = loss + penalty
     grads, grad_norm = clipped_gradients(tape, loss, self.agent.trainable_variables,
                                          self.config.clip_grad_norm)

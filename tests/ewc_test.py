@@ -72,27 +72,36 @@ def test_penalty_is_zero_at_the_anchor_and_its_gradient_is_lambda_f_delta():
   fishers = [[rng.rand(*s).astype(np.float32) for s in shapes]
              for _ in range(2)]
   lam = 3.7
+  # The definition (one term per anchor) and the merged form the learner
+  # uses (one quadratic for all anchors): both exactly 0 at a single anchor.
   at_anchor = [tf.Variable(a) for a in anchors[0]]
-  with tf.GradientTape() as tape:
-    penalty = ewc.ewc_penalty(at_anchor, anchors[:1], fishers[:1], lam)
-  assert penalty.total.numpy() == 0.0
-  for grad in tape.gradient(penalty.total, at_anchor):
-    np.testing.assert_array_equal(grad, np.zeros_like(grad))
+  merged = ewc.merge_anchors(anchors[:1], fishers[:1])
+  assert merged.residual.numpy() == 0.0
+  for penalty_fn in (
+      lambda v: ewc.ewc_penalty(v, anchors[:1], fishers[:1], lam).total,
+      lambda v: ewc.merged_penalty(v, merged, lam)):
+    with tf.GradientTape() as tape:
+      penalty = penalty_fn(at_anchor)
+    assert penalty.numpy() == 0.0
+    for grad in tape.gradient(penalty, at_anchor):
+      np.testing.assert_array_equal(grad, np.zeros_like(grad))
   # Elsewhere, with two anchors: lambda/2 sum_k F_k d_k^2, gradient
   # lambda sum_k F_k d_k.
   theta = [tf.Variable(rng.randn(*s).astype(np.float32)) for s in shapes]
-  with tf.GradientTape() as tape:
-    penalty = ewc.ewc_penalty(theta, anchors, fishers, lam)
   per_task = [sum(np.sum(f * (t.numpy() - a)**2)
                   for t, a, f in zip(theta, anchor, fisher))
               for anchor, fisher in zip(anchors, fishers)]
+  with tf.GradientTape(persistent=True) as tape:
+    penalty = ewc.ewc_penalty(theta, anchors, fishers, lam)
+    merged = ewc.merged_penalty(theta, ewc.merge_anchors(anchors, fishers),
+                                lam)
   np.testing.assert_allclose(penalty.per_task, per_task, rtol=1e-5)
-  np.testing.assert_allclose(penalty.total, lam / 2 * sum(per_task),
-                             rtol=1e-5)
-  for i, grad in enumerate(tape.gradient(penalty.total, theta)):
-    expected = sum(lam * fishers[k][i] * (theta[i].numpy() - anchors[k][i])
-                   for k in range(2))
-    np.testing.assert_allclose(grad, expected, rtol=1e-5)
+  for total in (penalty.total, merged):
+    np.testing.assert_allclose(total, lam / 2 * sum(per_task), rtol=1e-5)
+    for i, grad in enumerate(tape.gradient(total, theta)):
+      expected = sum(lam * fishers[k][i] * (theta[i].numpy() - anchors[k][i])
+                     for k in range(2))
+      np.testing.assert_allclose(grad, expected, rtol=1e-4, atol=1e-6)
 
 
 def test_ewc_keeps_a_slot_per_task_and_a_revisit_overwrites_it():
@@ -109,6 +118,10 @@ def test_ewc_keeps_a_slot_per_task_and_a_revisit_overwrites_it():
   np.testing.assert_array_equal(state.anchors[0][1], [3.0] * 3)
   np.testing.assert_array_equal(state.fishers[0][1], [30.0] * 3)
   np.testing.assert_array_equal(state.anchors[1][0], np.full([2, 2], 2.0))
+  # The penalty (merged at each consolidation) is the sum over both slots.
+  theta = values(0.5)
+  assert state.penalty(theta, 2.0).numpy() == pytest.approx(
+      (30.0 * 2.5**2 + 20.0 * 1.5**2) * 7)
 
 
 def test_online_ewc_keeps_one_anchor_and_a_decayed_running_fisher():
@@ -179,6 +192,7 @@ def test_learner_fisher_is_the_squared_gradient_of_pg_and_baseline_only():
   weights = [v.numpy() for v in policy.agent.trainable_variables]
   summary = policy.learner.consolidate(iter(batches), slot=1)
   assert summary.num_batches == 3
+  assert policy.learner._fisher_grads_fn.experimental_get_tracing_count() == 1
   expected = [np.zeros_like(w) for w in weights]
   for batch in batches:
     grads, _ = reference._grads_fn(batch)
@@ -306,12 +320,13 @@ def test_boundaries_make_anchors_and_a_resume_keeps_them_bit_for_bit(
   # A resume restores anchors, Fishers and counters bit for bit.
   saved = saved_tensors(tmp_path / 'whole', 'continual/')
   restored = run_loop._Run(whole).policy.learner.continual
-  assert len(saved) == 4 * len(restored.anchors[0]) + 2
+  # 2 slots of anchors and Fishers, their merged form, 3 scalars.
+  assert len(saved) == 6 * len(restored.anchors[0]) + 3
   for name, value in saved.items():
-    path = name.split('/')[1:-2]  # continual/anchors/0/3/.ATTRIBUTES/...
-    variable = getattr(restored, path[0])
-    for index in path[1:]:
-      variable = variable[int(index)]
+    variable = restored  # continual/anchors/0/3/.ATTRIBUTES/VARIABLE_VALUE
+    for part in name.split('/')[1:-2]:
+      variable = (variable[int(part)] if part.isdigit()
+                  else getattr(variable, part))
     np.testing.assert_array_equal(variable.numpy(), value, err_msg=name)
   # In parts, stopped right after the update that ended CartPole as if
   # killed before its Fisher was computed: the resumed run consolidates
