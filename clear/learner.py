@@ -9,6 +9,9 @@ targets at truncated episode ends (`losses.cut_at_truncations`), computes
 `losses.impala_clear_loss`, clips gradients by global norm and applies them.
 `critic_step` fits the critic alone to discounted returns.
 
+With a `continual_method`, the loss adds `clear.ewc`'s penalty (`loss/ewc`)
+and `consolidate` ends a task: its Fisher and the weights as its anchor.
+
 The first `num_replay` batch columns are replayed unrolls: they contribute to
 the loss like fresh ones and to the cloning terms, but never to the frame
 count. Non-finite losses or gradients skip the update (counted in
@@ -22,6 +25,8 @@ import sonnet as snt
 import tensorflow as tf
 import tree
 
+from clear import continual_methods
+from clear import ewc
 from clear import losses
 from clear import types
 
@@ -92,6 +97,20 @@ class LearnerConfig(NamedTuple):
     fixed_step_mul: whether the step multiplier is constant.
     step_mul: frames per agent step when `fixed_step_mul`.
     jit_compile: compile the forward and backward pass with XLA.
+    continual_method: a `continual_methods.CONTINUAL_METHODS` name. 'none'
+      (the default) leaves every update and checkpoint as without it;
+      'ewc' keeps an anchor and a Fisher per task, 'online_ewc' one anchor
+      and a running Fisher (see `clear.ewc`).
+    ewc_lambda: lambda, the weight of the EWC penalty
+      lambda / 2 * sum_k sum_i F_k,i (theta_i - theta*_k,i)^2.
+    ewc_gamma: online EWC's decay of the running Fisher, F <- gamma F +
+      F_new at each task boundary (unused by 'ewc').
+    ewc_fisher_batches: batches of `batch_size` unrolls of the finished
+      task the Fisher is estimated from.
+    ewc_fisher_frames: frames of each task's latest fresh unrolls kept to
+      draw those batches from (agent steps with dynamic multipliers).
+    ewc_num_tasks: the distinct tasks of the sequence, one EWC slot each
+      (the run loop sets it from the task sequence).
   """
   batch_size: int = 32
   num_replay: int = 16
@@ -124,6 +143,12 @@ class LearnerConfig(NamedTuple):
   fixed_step_mul: bool = True
   step_mul: int = 1
   jit_compile: bool = False
+  continual_method: str = 'none'
+  ewc_lambda: float = 1000.0
+  ewc_gamma: float = 0.99
+  ewc_fisher_batches: int = 100
+  ewc_fisher_frames: int = 100_000
+  ewc_num_tasks: int = 1
 
 
 def validate_config(config: LearnerConfig):
@@ -173,6 +198,18 @@ def validate_config(config: LearnerConfig):
   if config.discounting_step_mul < 1:
     raise ValueError('discounting_step_mul must be >= 1, got '
                      f'{config.discounting_step_mul}.')
+  if config.continual_method not in continual_methods.CONTINUAL_METHODS:
+    raise ValueError(f'continual_method must be one of '
+                     f'{continual_methods.CONTINUAL_METHODS}, got '
+                     f'{config.continual_method!r}.')
+  if not (math.isfinite(config.ewc_lambda) and config.ewc_lambda >= 0):
+    raise ValueError(f'ewc_lambda must be a finite number >= 0, got '
+                     f'{config.ewc_lambda}.')
+  if not 0.0 < config.ewc_gamma <= 1.0:
+    raise ValueError(f'ewc_gamma must be in (0, 1], got {config.ewc_gamma}.')
+  for name in ('ewc_fisher_batches', 'ewc_fisher_frames', 'ewc_num_tasks'):
+    if getattr(config, name) < 1:
+      raise ValueError(f'{name} must be >= 1, got {getattr(config, name)}.')
 
 
 def fan_in_scale(shape, reference: int) -> float:
@@ -468,6 +505,8 @@ class ImpalaClearLearner(snt.Module):
     num_env_frames, num_steps, num_skipped_steps: int64 counters.
     optimizer, critic_optimizer: Sonnet optimizers of the main phase and of
       critic pretraining.
+    continual: `ewc.EwcState` over the agent's trainable variables, or None
+      (always None with `continual_method` 'none').
   """
 
   def __init__(self, agent, config: LearnerConfig, name='impala_clear'):
@@ -492,6 +531,14 @@ class ImpalaClearLearner(snt.Module):
                                         jit_compile=config.jit_compile)
     self._step_fn = tf.function(self._step, autograph=False)
     self._critic_step_fn = tf.function(self._critic_step, autograph=False)
+    self.continual = None
+    if config.continual_method != 'none':
+      self.continual = ewc.EwcState(
+          agent.trainable_variables, config.ewc_num_tasks,
+          online=config.continual_method == 'online_ewc')
+      self._fisher_grads_fn = tf.function(self._fisher_gradients,
+                                          autograph=False,
+                                          jit_compile=config.jit_compile)
 
   # --- Entry points ----------------------------------------------------------
 
@@ -533,6 +580,31 @@ class ImpalaClearLearner(snt.Module):
       _create_slots(self.critic_optimizer,
                     lambda: self.agent.critic_variables, self._critic_step_fn)
       self._critic_step_fn.get_concrete_function(signature)
+
+  def consolidate(self, batches, slot: int) -> ewc.FisherSummary:
+    """Ends a task for EWC: its Fisher from `batches` (an iterable of
+    `[T + 1, B]` `Unroll` batches of its own unrolls), the current weights
+    as the anchor of `slot` (its index among the sequence's distinct tasks;
+    online EWC uses slot 0 and merges the Fisher into the running one).
+
+    Returns:
+      `ewc.FisherSummary` of the new task's Fisher.
+    """
+    if self.continual is None:
+      raise ValueError('consolidate needs a continual_method other than '
+                       "'none'.")
+    count = [0]
+
+    def gradients():
+      for batch in batches:
+        count[0] += 1
+        yield self._fisher_grads_fn(batch)
+
+    fisher = ewc.fisher_diagonal(gradients())
+    self.continual.consolidate(
+        0 if self.continual.online else slot,
+        self.agent.trainable_variables, fisher, self.config.ewc_gamma)
+    return ewc.summarize_fisher(fisher, count[0])
 
   # --- Shared pieces -------------------------------------------------------
 
@@ -600,26 +672,42 @@ class ImpalaClearLearner(snt.Module):
                            config.entropy_cost_end,
                            config.total_environment_frames)
 
+  def _clear_loss(self, batch, num_replay, entropy_cost, policy_cloning_cost,
+                  value_cloning_cost):
+    """`losses.impala_clear_loss` of a re-unrolled batch.
+
+    Returns:
+      (aligned batch, rewards, loss, `losses.ImpalaClearLossExtra`).
+    """
+    aligned, rewards, discounts = self._prepare(batch)
+    target_logits, behaviour_logits, actions = _discrete_heads(aligned)
+    loss, extra = losses.impala_clear_loss(
+        target_logits=target_logits,
+        behaviour_logits=behaviour_logits,
+        actions=actions,
+        values=aligned.target.baseline,
+        bootstrap_value=aligned.bootstrap_value,
+        behaviour_values=aligned.behaviour.baseline,
+        rewards=rewards,
+        discounts=discounts,
+        num_replay=num_replay,
+        baseline_cost=self.config.baseline_cost,
+        entropy_cost=entropy_cost,
+        policy_cloning_cost=policy_cloning_cost,
+        value_cloning_cost=value_cloning_cost,
+        clip_advantage=self.config.clip_advantage)
+    return aligned, rewards, loss, extra
+
   def _loss_and_grads(self, batch: types.Unroll):
     entropy_cost = self._entropy_cost()
     with tf.GradientTape() as tape:
-      aligned, rewards, discounts = self._prepare(batch)
-      target_logits, behaviour_logits, actions = _discrete_heads(aligned)
-      loss, extra = losses.impala_clear_loss(
-          target_logits=target_logits,
-          behaviour_logits=behaviour_logits,
-          actions=actions,
-          values=aligned.target.baseline,
-          bootstrap_value=aligned.bootstrap_value,
-          behaviour_values=aligned.behaviour.baseline,
-          rewards=rewards,
-          discounts=discounts,
-          num_replay=self.config.num_replay,
-          baseline_cost=self.config.baseline_cost,
-          entropy_cost=entropy_cost,
-          policy_cloning_cost=self.config.policy_cloning_cost,
-          value_cloning_cost=self.config.value_cloning_cost,
-          clip_advantage=self.config.clip_advantage)
+      aligned, rewards, loss, extra = self._clear_loss(
+          batch, self.config.num_replay, entropy_cost,
+          self.config.policy_cloning_cost, self.config.value_cloning_cost)
+      if self.continual is not None:
+        penalty = self.continual.penalty(self.agent.trainable_variables,
+                                         self.config.ewc_lambda)
+        loss = loss + penalty
     grads, grad_norm = clipped_gradients(tape, loss, self.agent.trainable_variables,
                                          self.config.clip_grad_norm)
     steps = tf.cast(tf.size(rewards), tf.float32)
@@ -639,7 +727,21 @@ class ImpalaClearLearner(snt.Module):
         'value/mean_baseline': tf.reduce_mean(aligned.target.baseline),
         'value/mean_vtrace_target': tf.reduce_mean(extra.vs),
     }
+    if self.continual is not None:
+      metrics['loss/ewc'] = penalty
     return grads, metrics
+
+  def _fisher_gradients(self, batch: types.Unroll):
+    """Gradients of the policy-gradient plus baseline loss of a batch of
+    fresh unrolls (no entropy, no cloning), through the same re-unroll,
+    alignment and V-trace as `_loss_and_grads`: one term of the Fisher."""
+    variables = self.agent.trainable_variables
+    with tf.GradientTape() as tape:
+      _, _, _, extra = self._clear_loss(batch, 0, 0.0, 0.0, 0.0)
+      loss = extra.policy_gradient + self.config.baseline_cost * extra.baseline
+    grads = tape.gradient(loss, variables)
+    return [tf.zeros_like(v) if g is None else g
+            for g, v in zip(grads, variables)]
 
   @snt.no_name_scope
   def _step(self, batch: types.Unroll):

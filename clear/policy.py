@@ -10,6 +10,8 @@ structures, batched `[B, ...]` for acting and `[T + 1, B, ...]` for learning.
 """
 
 import abc
+import logging
+import time
 from typing import Dict, NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -18,6 +20,7 @@ import tree
 
 import agents
 from clear import checkpoint as checkpoint_lib
+from clear import ewc
 from clear import learner as learner_lib
 from clear import replay as replay_lib
 from clear import types
@@ -226,6 +229,24 @@ class Policy(abc.ABC):
     """
     return {}
 
+  def observe(self, unrolls: Sequence[types.Unroll]):
+    """Sees the fresh unrolls (batch-major `[T + 1, ...]` items) as they
+    arrive from the actors of the task being trained; default: nothing."""
+    del unrolls
+
+  def end_task(self, segment: int, task: int,
+               task_name: str) -> Dict[str, float]:
+    """The run trains segment `segment` of a task sequence: the segment
+    before it, of task `task` (an index among the sequence's distinct tasks,
+    named `task_name`), has ended. Called before the actors play the next
+    task, and again after a resume: a policy acts once per segment.
+
+    Returns:
+      Scalars to summarise under `continual/` (empty: nothing done).
+    """
+    del segment, task, task_name
+    return {}
+
 
 class ImpalaPolicy(Policy):
   """IMPALA with CLEAR replay over an `agents` recurrent agent.
@@ -258,9 +279,23 @@ class ImpalaPolicy(Policy):
     # flow on tensors, so AutoGraph has nothing to convert.
     self._step = tf.function(self.agent.step, autograph=False)
     self.learner = None
+    self.fisher_buffer = None  # The unrolls EWC's next Fisher is drawn from.
+    self._seed = seed
     if learner_config is not None:
       self.learner = learner_lib.ImpalaClearLearner(self.agent,
                                                     learner_config)
+      if self.learner.continual is not None:
+        self.fisher_buffer = self._new_fisher_buffer(0)
+
+  def _new_fisher_buffer(self, segment: int) -> replay_lib.ReplayBuffer:
+    """An empty FIFO of `ewc_fisher_frames` frames of fresh unrolls."""
+    lc = self.learner.config
+    capacity = ewc.fisher_buffer_unrolls(
+        lc.ewc_fisher_frames, lc.unroll_length,
+        lc.step_mul if lc.fixed_step_mul else 1)
+    return replay_lib.ReplayBuffer(
+        capacity, 'fifo', seed=self._seed + 7_907 * (segment + 1),
+        stacked_observations=self.spec.stacked_frames)
 
   def initial_state(self, batch_size):
     return to_numpy(self.agent.initial_state(batch_size))
@@ -312,9 +347,56 @@ class ImpalaPolicy(Policy):
 
   def checkpointables(self):
     learner = self.learner
-    return {'agent': self.agent, 'optimizer': learner.optimizer,
-            'critic_optimizer': learner.critic_optimizer,
-            'learning_rate': learner.learning_rate,
-            'num_env_frames': learner.num_env_frames,
-            'num_steps': learner.num_steps,
-            'num_skipped_steps': learner.num_skipped_steps}
+    checkpointables = {'agent': self.agent, 'optimizer': learner.optimizer,
+                       'critic_optimizer': learner.critic_optimizer,
+                       'learning_rate': learner.learning_rate,
+                       'num_env_frames': learner.num_env_frames,
+                       'num_steps': learner.num_steps,
+                       'num_skipped_steps': learner.num_skipped_steps}
+    if learner.continual is not None:
+      checkpointables['continual'] = learner.continual
+    return checkpointables
+
+  def replay_buffers(self):
+    if self.fisher_buffer is None:
+      return {}
+    return {'ewc_fisher': self.fisher_buffer}
+
+  def observe(self, unrolls):
+    if self.fisher_buffer is not None:
+      for unroll in unrolls:
+        self.fisher_buffer.insert(unroll)
+
+  def end_task(self, segment, task, task_name):
+    """EWC's task boundary: the finished task's Fisher from
+    `ewc_fisher_batches` batches drawn from its kept unrolls, the weights as
+    its anchor; then the kept unrolls make way for the next task's."""
+    state = self.learner.continual if self.learner is not None else None
+    if state is None or int(state.num_boundaries.numpy()) >= segment:
+      return {}
+    lc = self.learner.config
+    start = time.monotonic()
+    buffer = self.fisher_buffer
+    stats = {}
+    if len(buffer):
+      batches = (replay_lib.swap_time_and_batch(buffer.sample(lc.batch_size))
+                 for _ in range(lc.ewc_fisher_batches))
+      summary = self.learner.consolidate(batches, task)
+      stats = {'fisher_mean': summary.mean, 'fisher_max': summary.max,
+               'fisher_batches': summary.num_batches}
+      logging.info(
+          '%s: task %s ended (segment %d): Fisher from %d batches of %d '
+          'unrolls drawn from its last %d, mean %.3g, max %.3g; %d anchors '
+          '(%.1f s).', lc.continual_method, task_name, segment - 1,
+          summary.num_batches, lc.batch_size, len(buffer), summary.mean,
+          summary.max, state.num_anchors, time.monotonic() - start)
+    else:
+      logging.warning('%s: task %s ended (segment %d) with none of its '
+                      'unrolls kept (a resume with an empty buffer?): it '
+                      'gets no anchor.', lc.continual_method, task_name,
+                      segment - 1)
+    state.num_boundaries.assign(segment)
+    self.fisher_buffer = self._new_fisher_buffer(segment)
+    stats.update(num_anchors=state.num_anchors,
+                 seconds=time.monotonic() - start)
+    return stats

@@ -36,6 +36,7 @@ from clear import algorithms
 from clear import checkpoint as checkpoint_lib
 from clear import continual
 from clear import continual_metrics
+from clear import continual_methods
 from clear import devices
 from clear import learner as learner_lib
 from clear import policy as policy_lib
@@ -168,14 +169,17 @@ def run_identity(config: RunConfig):
   if multitask.is_sequence(config.env_name):
     identity.update(frames_per_task=config.frames_per_task,
                     num_task_cycles=config.num_task_cycles)
+  identity.update(continual_methods.identity(config.learner_config))
   return identity
 
 
 # Learner settings a run records in its run.json (see `run_settings`).
-# Each is a RunConfig field or one of its learner config's.
+# Each is a RunConfig field or one of its learner config's; those of
+# `continual_methods.SETTINGS` only with a continual method.
 RECORDED_SETTINGS = ('batch_size', 'total_environment_frames',
                      'learning_rate', 'optimizer', 'reward_scaling',
-                     'envs_per_actor', 'replay_buffer_size')
+                     'envs_per_actor',
+                     'replay_buffer_size') + continual_methods.SETTINGS
 
 
 def run_settings(config: RunConfig) -> Dict[str, object]:
@@ -183,7 +187,10 @@ def run_settings(config: RunConfig) -> Dict[str, object]:
   schedule, ...): run.json records the ones a run last ran with, and
   `clear.train` keeps them when a resume leaves their flags unset."""
   settings = {}
+  method = continual_methods.method_of(config.learner_config)
   for name in RECORDED_SETTINGS:
+    if name in continual_methods.SETTINGS and method == 'none':
+      continue
     holder = config if name in RunConfig._fields else config.learner_config
     if hasattr(holder, name):  # The ports' configs lack some.
       settings[name] = getattr(holder, name)
@@ -243,6 +250,8 @@ class _Run:
     # is written by `record_identity`.
     self.accepted = False
     spec = env_spec(config)
+    self.schedule = task_schedule(config)
+    lc = continual_methods.learner_config(config, self.schedule)
     saved_identity = checkpoint_lib.verify_run_identity(config.logdir,
                                                         run_identity(config))
     self.policy = algorithms.make_policy(config.algorithm, spec,
@@ -278,7 +287,7 @@ class _Run:
     self.env_restarts = {}  # Actor id -> its cumulative env relaunches.
     self.pending = collections.deque()
     self.actor_state = None  # Saved actors to continue, if any.
-    self.schedule = task_schedule(config)
+    self._segment = None  # The task segment `end_task` last saw.
     self.eval_history = continual.EvalHistory()
     # Seconds this run has spent running, summed over its resumes.
     self._run_time_before = 0.0
@@ -482,8 +491,27 @@ class _Run:
     self.episodes.add(trajectories.episodes)
     self.lags.append(self.version - trajectories.weights_version)
     self.env_restarts[trajectories.actor_id] = trajectories.env_restarts
-    self.pending.extend(split_unrolls(trajectories.unroll))
+    unrolls = split_unrolls(trajectories.unroll)
+    self.policy.observe(unrolls)
+    self.pending.extend(unrolls)
     return trajectories.episodes
+
+  def end_task(self):
+    """Tells the policy, once per segment of a task sequence, that the
+    segment before has ended (EWC consolidates its task); a resume past a
+    boundary not yet consolidated does so first."""
+    if self.schedule is None:
+      return
+    segment = self.schedule.segment_index(self.frames)
+    if segment == self._segment:
+      return
+    self._segment = segment
+    if segment:
+      name = self.schedule.task_names[(segment - 1) % self.schedule.num_tasks]
+      stats = self.policy.end_task(
+          segment, self.schedule.unique_task_names.index(name), name)
+      for key, value in stats.items():
+        tf.summary.scalar(f'continual/{key}', value, step=self.frames)
 
   def ready(self) -> bool:
     if self.phase.numpy() == PREFILL:
@@ -764,6 +792,7 @@ def _train(config, stop_requested, max_updates, on_start, lock):
       while run.frames < total:
         if evaluation is not None:
           evaluation.maybe_evaluate()
+        run.end_task()  # Before the next task's unrolls arrive.
         if run.task_name != task:  # The sequence moves on.
           pool.close()
           pool = make_pool()

@@ -47,6 +47,7 @@ from absl import logging
 import agents as agents_lib
 from clear import algorithms
 from clear import checkpoint as checkpoint_lib
+from clear import continual_methods
 from clear import flag_help
 from clear import learner as learner_lib
 from clear import policy as policy_lib
@@ -248,6 +249,32 @@ flags.DEFINE_float('policy_cloning_cost', 0.01,
 flags.DEFINE_float('value_cloning_cost', 0.005,
                    'Weight of the CLEAR value-cloning loss.')
 
+FLAG_GROUPS.heading('Continual-learning methods (impala)')
+_LEARNER_DEFAULTS = learner_lib.LearnerConfig._field_defaults
+flags.DEFINE_enum('continual_method', 'none',
+                  list(continual_methods.CONTINUAL_METHODS),
+                  'With a sequence --env: ewc keeps, for every task trained, '
+                  'its final weights (anchor) and the diagonal Fisher of its '
+                  'policy-gradient and baseline loss, and adds lambda/2 sum '
+                  'F (theta - anchor)^2 to the loss (loss/ewc); online_ewc '
+                  'keeps one anchor, the latest, and one running Fisher, '
+                  'decayed by --ewc_gamma at each task switch. Both combine '
+                  'with CLEAR replay.')
+flags.DEFINE_float('ewc_lambda', _LEARNER_DEFAULTS['ewc_lambda'],
+                   'lambda, the weight of the EWC penalty.')
+flags.DEFINE_float('ewc_gamma', _LEARNER_DEFAULTS['ewc_gamma'],
+                   'online_ewc: the running Fisher becomes gamma F + the new '
+                   "task's at each switch (in (0, 1]).")
+flags.DEFINE_integer('ewc_fisher_batches',
+                     _LEARNER_DEFAULTS['ewc_fisher_batches'],
+                     'Batches of --batch_size unrolls of the finished task '
+                     'its Fisher is the mean squared gradient over.')
+flags.DEFINE_integer('ewc_fisher_frames',
+                     _LEARNER_DEFAULTS['ewc_fisher_frames'],
+                     "Frames of the current task's latest unrolls kept "
+                     '(in memory, and beside each checkpoint) to draw those '
+                     'batches from.')
+
 FLAG_GROUPS.heading('Task sequences, evaluation and test mode')
 flags.DEFINE_integer('frames_per_task', 0,
                      'With a sequence --env: frames each task trains for '
@@ -310,6 +337,9 @@ SHARED_FIELDS = ('batch_size', 'num_replay', 'unroll_length',
                  'discounting', 'reward_scaling', 'reward_clipping',
                  'learning_rate', 'clip_grad_norm', 'entropy_cost',
                  'jit_compile')
+# The flags of --continual_method=ewc / online_ewc.
+EWC_FLAGS = ('ewc_lambda', 'ewc_gamma', 'ewc_fisher_batches',
+             'ewc_fisher_frames')
 # Flags that only IMPALA-CLEAR reads.
 IMPALA_ONLY_FLAGS = ('discount_per', 'replay_proportion', 'replay_buffer_size',
                      'replay_sampling', 'replay_storage',
@@ -320,7 +350,8 @@ IMPALA_ONLY_FLAGS = ('discount_per', 'replay_proportion', 'replay_buffer_size',
                      'rmsprop_epsilon', 'rmsprop_epsilon_outside',
                      'rmsprop_fan_in_reference', 'num_critic_pretrain_frames',
                      'separate_critic', 'core', 'lstm_init',
-                     'torso_grad_scale', 'torso_activation', 'torso_norm')
+                     'torso_grad_scale', 'torso_activation', 'torso_norm',
+                     'continual_method') + EWC_FLAGS
 
 
 def _field_help(entry, field: str) -> str:
@@ -521,6 +552,29 @@ def _impala_problems(f):
                'rmsprop_epsilon_outside', 'rmsprop_fan_in_reference'):
     if f[name].present and family_default(f, 'optimizer') != 'rmsprop':
       problems.append(f'--{name} needs --optimizer=rmsprop.')
+  return problems + _continual_problems(f)
+
+
+def _continual_problems(f):
+  """What is wrong with --continual_method and its flags."""
+  method = f.continual_method
+  if method == 'none':
+    return [f'--{name} needs --continual_method=ewc or online_ewc.'
+            for name in EWC_FLAGS if f[name].present]
+  problems = []
+  if ',' not in f.env:
+    problems.append(f'--continual_method={method} needs a task sequence '
+                    '--env (comma-separated tasks).')
+  if not (math.isfinite(f.ewc_lambda) and f.ewc_lambda >= 0):
+    problems.append(f'--ewc_lambda must be a finite number >= 0 (got '
+                    f'{f.ewc_lambda}).')
+  if not 0 < f.ewc_gamma <= 1:
+    problems.append(f'--ewc_gamma must be in (0, 1] (got {f.ewc_gamma}).')
+  elif f['ewc_gamma'].present and method != 'online_ewc':
+    problems.append('--ewc_gamma applies to --continual_method=online_ewc.')
+  for name in ('ewc_fisher_batches', 'ewc_fisher_frames'):
+    if getattr(f, name) < 1:
+      problems.append(f'--{name} must be >= 1 (got {getattr(f, name)}).')
   return problems
 
 
@@ -699,7 +753,10 @@ def config_from_flags(f) -> run_loop.RunConfig:
         rmsprop_fan_in_reference=f.rmsprop_fan_in_reference,
         fixed_step_mul=f.fixed_step_mul,
         step_mul=env_options.get('step_mul', 1),
-        jit_compile=f.jit_compile)
+        jit_compile=f.jit_compile, continual_method=f.continual_method,
+        ewc_lambda=f.ewc_lambda, ewc_gamma=f.ewc_gamma,
+        ewc_fisher_batches=f.ewc_fisher_batches,
+        ewc_fisher_frames=f.ewc_fisher_frames)
   core_size = family_default(f, 'core_size')
   return run_loop.RunConfig(
       env_name=f.env, env_options=env_options, algorithm=f.algorithm,

@@ -1,0 +1,76 @@
+"""How a run names, records and checks its continual-learning method.
+
+`--continual_method` picks one of `CONTINUAL_METHODS` for the IMPALA-CLEAR
+learner: 'none' (the learner as it always was), 'ewc' or 'online_ewc'
+(`clear.ewc`). A method changes what a checkpoint holds (anchors, Fishers
+and the unrolls kept for the next Fisher), so a run's method and the size of
+its kept unrolls are part of the identity its run.json records, and a resume
+with another method is refused; the penalty's weight, online EWC's decay and
+the number of Fisher batches are settings a resume may change (kept from
+run.json when their flags are left unset, like the batch size).
+
+Defaults (`learner.LearnerConfig`): 100 Fisher batches of `batch_size`
+unrolls and gamma 0.99, as CORA (Powers et al. 2022) used; the Fisher drawn
+from the task's last 100,000 frames (5,000 MinAtar unrolls, about 100 MB),
+where CORA kept 1M frames on disk; lambda 1000. This project's losses are
+sums over the T x B steps of a batch, as TorchBeast's and so CORA's, so
+lambda is in CORA's units: CORA ran EWC at 10,000 and Progress & Compress
+searched 500 to 3,000. On MinAtar (Breakout then Freeway, 20k frames each)
+lambda 1000 gave penalty gradients of about a quarter of the clipped task
+gradient's norm after 20k frames of drift, growing with the drift of a
+longer task; 10,000 would outweigh the task's gradient well before the end
+of a 1M-frame task.
+"""
+
+from typing import Dict
+
+from clear import checkpoint as checkpoint_lib
+
+CONTINUAL_METHODS = ('none', 'ewc', 'online_ewc')
+
+# Learner-config fields a run with a method records among its settings.
+SETTINGS = ('ewc_lambda', 'ewc_gamma', 'ewc_fisher_batches')
+
+
+def method_of(learner_config) -> str:
+  """The config's method ('none' for configs without one: the ports')."""
+  return getattr(learner_config, 'continual_method', 'none')
+
+
+def identity(learner_config) -> Dict[str, object]:
+  """run.json identity fields of the method: none for 'none', so runs made
+  before methods existed keep a valid run.json."""
+  method = method_of(learner_config)
+  if method == 'none':
+    return {}
+  return {'continual_method': method,
+          'ewc_fisher_frames': learner_config.ewc_fisher_frames}
+
+
+def learner_config(config, schedule):
+  """`config.learner_config` with one EWC slot per distinct task.
+
+  Args:
+    config: the run's `run_loop.RunConfig`.
+    schedule: its `continual.TaskSchedule`, or None for a single env.
+
+  Raises:
+    CheckpointError: the logdir holds a run of another method (also 'none'
+      against one, which the identity check alone would let through).
+    ValueError: a method without a task sequence.
+  """
+  lc = config.learner_config
+  method = method_of(lc)
+  saved = checkpoint_lib.read_run_identity(config.logdir)
+  recorded = (saved or {}).get('continual_method', 'none')
+  if saved is not None and recorded != method:
+    raise checkpoint_lib.CheckpointError(
+        f'The logdir {config.logdir} holds a run made with continual_method='
+        f'{recorded!r}, not {method!r}. Use a new --logdir or the original '
+        'flags.')
+  if method == 'none':
+    return lc
+  if schedule is None:
+    raise ValueError(f'continual_method={method!r} needs a task sequence '
+                     '(a comma-separated env).')
+  return lc._replace(ewc_num_tasks=len(schedule.unique_task_names))
