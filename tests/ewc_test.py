@@ -354,7 +354,7 @@ def test_boundaries_make_anchors_and_a_resume_keeps_them_bit_for_bit(
 
 def test_a_run_keeps_its_method_and_refuses_another(tmp_path):
   config = sequence_config(tmp_path)
-  run_loop._Run(config)
+  run_loop._Run(config).record_identity()  # Once a start is accepted.
   with open(os.path.join(str(tmp_path), 'run.json')) as f:
     recorded = json.load(f)
   assert recorded['continual_method'] == 'ewc'
