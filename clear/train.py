@@ -14,6 +14,7 @@ checkpoint is written only says so, a third stops at once and says what was
 not saved. Bad flags or files exit with status 2 and one message.
 """
 
+import atexit
 import json
 import logging as py_logging
 import math
@@ -34,7 +35,15 @@ def _interrupted_while_loading(signum, frame):
   os._exit(128 + signum)  # pylint: disable=protected-access
 
 
+def _ignore_late_signals():
+  for sig in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(sig, signal.SIG_IGN)
+
+
 if __name__ == '__main__':
+  # Exit hooks run last-registered first: this one, registered before the
+  # imports below register theirs, runs after them (see `_exit_now`).
+  atexit.register(_ignore_late_signals)
   # A Ctrl-C while the imports below load TensorFlow (seconds) ends the
   # program at once and quietly: nothing has started yet. `main` installs
   # the handlers of the run itself.
@@ -1271,8 +1280,13 @@ def _main(argv) -> int:
 
 
 def _exit_now(code: int):
-  """A handler for signals that come once the work is done: the program
-  ends at once, with the status it was ending with."""
+  """Late signals, once the work is done, must not change the exit status.
+
+  While Python code still runs (threads joining, exit hooks), a signal ends
+  the program at once with `code`. Python puts the default handlers back
+  late in its shutdown, where a signal would kill the process (status -15);
+  the last exit hook makes the kernel ignore both signals before that.
+  """
   def handle(signum, frame):
     del signum, frame
     os._exit(code)  # pylint: disable=protected-access
@@ -1283,7 +1297,7 @@ def _exit_now(code: int):
 def main(argv):
   """Runs the binary; every expected failure ends in one message."""
   code = _main_once(argv)
-  _exit_now(code)  # A late signal must not change the exit status.
+  _exit_now(code)
   return code
 
 

@@ -32,10 +32,15 @@ JSON_FILES = ('run.json', 'tasks.json', 'continual_metrics.json',
               'test_results.json')
 DEFAULT_PREFIXES = ('eval/', 'runtime/run_time_s', 'runtime/num_env_frames')
 
-flags.DEFINE_string('logdir', None, 'The run to keep.')
-flags.DEFINE_string('out', None, 'The small logdir to write.')
-flags.DEFINE_list('keep', list(DEFAULT_PREFIXES),
-                  'Scalar tags starting with any of these are kept.')
+
+
+def define_flags():
+  """The script's flags, defined only when it runs as a program: other
+  programs (clear.train, a test session) have flags of the same names."""
+  flags.DEFINE_string('logdir', None, 'The run to keep.')
+  flags.DEFINE_string('out', None, 'The small logdir to write.')
+  flags.DEFINE_list('keep', list(DEFAULT_PREFIXES),
+                    'Scalar tags starting with any of these are kept.')
 
 
 def kept_scalars(logdir: str, prefixes) -> dict:
@@ -98,4 +103,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  define_flags()
   app.run(main)

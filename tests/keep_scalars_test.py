@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, 'results', 'keep_scalars.py')
 
 
-@functools.lru_cache(maxsize=None)  # Its flags can be defined once.
+@functools.lru_cache(maxsize=None)
 def _module():
   spec = importlib.util.spec_from_file_location('keep_scalars', SCRIPT)
   module = importlib.util.module_from_spec(spec)

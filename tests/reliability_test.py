@@ -422,7 +422,7 @@ def test_a_second_signal_lets_the_final_checkpoint_be_written(
                   '--checkpoint_interval_s=3600')
   read_until(process, r'First update')
   process.send_signal(signal.SIGTERM)
-  time.sleep(0.1)
+  read_until(process, r'Signal 15: stopping after the current update')
   process.send_signal(signal.SIGTERM)
   output, _ = process.communicate(timeout=180)
   assert process.returncode == 128 + signal.SIGTERM, output[-3000:]
@@ -430,6 +430,25 @@ def test_a_second_signal_lets_the_final_checkpoint_be_written(
   assert 'Saved checkpoint ' + os.path.join(logdir, 'checkpoints',
                                             'ckpt-3') in output
   assert 'Traceback' not in output and 'Interrupted' not in output
+
+
+def test_signals_after_the_run_has_ended_leave_its_exit_status(
+    two_checkpoint_run, tmp_path):
+  # Signals that come while the finished program shuts down (threads,
+  # exit hooks, Python's own teardown) neither kill it nor change its status.
+  logdir = copy_of(two_checkpoint_run, tmp_path)
+  process = start(f'--logdir={logdir}', *RUN_FLAGS,
+                  '--total_environment_frames=400')
+  read_until(process, r'Done: ')
+  sent = 0
+  while process.poll() is None and sent < 2000:
+    process.send_signal(signal.SIGTERM)
+    sent += 1
+    time.sleep(0.002)
+  output, _ = process.communicate(timeout=60)
+  assert sent > 0
+  assert process.returncode == 0, output[-3000:]
+  assert 'Traceback' not in output
 
 
 @pytest.mark.slow  # About 20 s on 2 cores: run by .ci/run's slow step.
