@@ -1,9 +1,11 @@
 """Checks that the Bazel BUILD files cover every module and test correctly.
 
 BUILD files are Starlark, whose syntax is a subset of Python's, so they are
-parsed with `ast` (never executed). The test fails when a module or test has
-no target, a dep names a target that does not exist, or a module imports a
-project module that its target does not list as a dep.
+parsed with `ast` (never executed). Every folder of the project's packages
+that holds Python files has a BUILD file (`clear/ops/BUILD` for
+`clear.ops`). The test fails when a module or test has no target, a dep names
+a target that does not exist, or a module imports a project module that its
+target does not list as a dep.
 """
 
 import ast
@@ -12,9 +14,25 @@ import os
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ('clear', 'agents', 'envs', 'tests', 'benchmarks')
+TOP_PACKAGES = ('clear', 'agents', 'envs', 'tests', 'benchmarks')
 LIBRARY_PACKAGES = ('clear', 'agents', 'envs', 'benchmarks')
 RULES = ('py_library', 'py_test', 'py_binary')
+
+
+def find_packages(root=ROOT, tops=TOP_PACKAGES):
+  """Every folder under `tops` that holds Python files, as 'clear/ops'."""
+  found = []
+  for top in tops:
+    for folder, subfolders, files in os.walk(os.path.join(root, top)):
+      subfolders[:] = sorted(d for d in subfolders
+                             if not d.startswith(('.', '__')) and
+                             d != 'testdata')
+      if any(f.endswith('.py') for f in files):
+        found.append(os.path.relpath(folder, root))
+  return tuple(found)
+
+
+PACKAGES = find_packages()
 
 
 def _string(node):
@@ -56,7 +74,8 @@ def all_targets(root=ROOT, packages=PACKAGES):
 
 
 def resolve(label, package):
-  """'//clear:vtrace' or ':vtrace' -> ('clear', 'vtrace'); None if external."""
+  """'//clear/ops:vtrace' or ':vtrace' -> ('clear/ops', 'vtrace'); None if
+  external."""
   if label.startswith('@'):
     return None
   if label.startswith(':'):
@@ -72,8 +91,17 @@ def python_files(package):
   return sorted(f for f in os.listdir(folder) if f.endswith('.py'))
 
 
-def project_imports(path):
-  """Project modules ('clear.vtrace', 'envs', ...) a Python file imports."""
+def _is_module(dotted, root=ROOT):
+  """Whether a dotted name is a module or a package of the project."""
+  path = os.path.join(root, *dotted.split('.'))
+  return os.path.isfile(path + '.py') or os.path.isfile(
+      os.path.join(path, '__init__.py'))
+
+
+def project_imports(path, root=ROOT):
+  """Project modules ('clear.ops.vtrace', 'envs', ...) a Python file imports
+  (`from clear.ops import vtrace` imports 'clear.ops.vtrace'; `from envs
+  import make` imports 'envs')."""
   with open(path) as f:
     module = ast.parse(f.read(), filename=path)
   found = set()
@@ -86,23 +114,33 @@ def project_imports(path):
         node.level == 0 and node.module.split('.')[0] in LIBRARY_PACKAGES):
       for alias in node.names:
         candidate = f'{node.module}.{alias.name}'
-        pkg_dir = os.path.join(ROOT, *node.module.split('.'))
-        if os.path.exists(os.path.join(pkg_dir, alias.name + '.py')):
-          found.add(candidate)
-        else:
-          found.add(node.module)
+        found.add(candidate if _is_module(candidate, root) else node.module)
   return found
+
+
+def module_location(module_name, root=ROOT):
+  """'clear.ops.vtrace' -> ('clear/ops', 'vtrace.py'); a package's own
+  name ('clear.ops') -> ('clear/ops', '__init__.py')."""
+  parts = module_name.split('.')
+  if os.path.isdir(os.path.join(root, *parts)):
+    return '/'.join(parts), '__init__.py'
+  return '/'.join(parts[:-1]), parts[-1] + '.py'
 
 
 def target_of_module(module_name, targets):
   """The (package, target) whose srcs hold a dotted project module."""
-  parts = module_name.split('.')
-  package = parts[0]
-  filename = (parts[1] if len(parts) > 1 else '__init__') + '.py'
-  for name, target in targets[package].items():
+  package, filename = module_location(module_name)
+  for name, target in targets.get(package, {}).items():
     if filename in target['srcs']:
       return package, name
   return None
+
+
+def test_every_package_folder_has_a_build_file():
+  assert 'clear' in PACKAGES and 'tests' in PACKAGES
+  for package in PACKAGES:
+    assert os.path.isfile(os.path.join(ROOT, package, 'BUILD')), (
+        f'{package}/ holds Python files but no BUILD file')
 
 
 def test_every_module_and_test_has_a_target():
@@ -110,10 +148,10 @@ def test_every_module_and_test_has_a_target():
   for package in PACKAGES:
     covered = {src for t in targets[package].values() for src in t['srcs']}
     for filename in python_files(package):
-      if package == 'tests' and filename in ('__init__.py',):
+      if package.split('/')[0] == 'tests' and filename in ('__init__.py',):
         continue
       assert filename in covered, f'{package}/{filename} has no BUILD target'
-    if package == 'tests':
+    if package.split('/')[0] == 'tests':
       for filename in python_files(package):
         if filename.endswith('_test.py'):
           rules = [t['rule'] for t in targets[package].values()
@@ -163,3 +201,22 @@ def test_a_dangling_dep_is_caught(tmp_path):
   assert targets['clear']['a']['deps'] == [':missing', '@pypi//numpy']
   with pytest.raises(AssertionError, match='missing target :missing'):
     check_deps_exist(targets)
+
+
+def test_imports_of_sub_packages_are_resolved(tmp_path):
+  """`from clear.ops import vtrace` names the module clear/ops/vtrace.py,
+  `from clear.ops import check` a name of the package clear/ops."""
+  ops = tmp_path / 'clear' / 'ops'
+  ops.mkdir(parents=True)
+  for path in (tmp_path / 'clear' / '__init__.py', ops / '__init__.py',
+               ops / 'vtrace.py'):
+    path.write_text('')
+  user = tmp_path / 'clear' / 'user.py'
+  user.write_text('from clear.ops import vtrace\nfrom clear.ops import check\n'
+                  'import numpy\n')
+  assert project_imports(str(user), str(tmp_path)) == {'clear.ops.vtrace',
+                                                       'clear.ops'}
+  assert module_location('clear.ops.vtrace', str(tmp_path)) == (
+      'clear/ops', 'vtrace.py')
+  assert module_location('clear.ops', str(tmp_path)) == (
+      'clear/ops', '__init__.py')
