@@ -26,7 +26,7 @@ import agents
 from clear import devices as devices_lib
 from clear import learner as learner_lib
 from clear import types
-from clear import vtrace
+from clear.ops import vtrace
 
 FLAGS = flags.FLAGS
 flags.DEFINE_bool('quick', False, 'Few repetitions, for a smoke run.')

@@ -27,7 +27,7 @@ import tree
 
 from clear import continual_methods
 from clear import ewc
-from clear import losses
+from clear.ops import losses
 from clear import types
 
 OPTIMIZERS = ('adam', 'rmsprop')

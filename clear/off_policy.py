@@ -24,7 +24,7 @@ import sonnet as snt
 import tensorflow as tf
 import tree
 
-from clear import guards
+from clear.ops import guards
 from clear import learner as learner_lib
 from clear import off_policy_networks as networks
 from clear import off_policy_replay

@@ -4,7 +4,7 @@ T is time, B is batch, N is the number of critics. Pure functions over
 time-major `[T, B]` segments (see `clear.off_policy_replay` for how
 episode ends enter them):
 
-- `q_targets` runs a `clear.value_estimators` estimator over a segment;
+- `q_targets` runs a `clear.ops.value_estimators` estimator over a segment;
   `next_state_targets` does so from the values of the next states, which
   is what both algorithms have;
 - `critic_ensemble_loss` regresses every critic on the targets;
@@ -16,9 +16,9 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from clear import guards
+from clear.ops import guards
 from clear import off_policy_config
-from clear import value_estimators
+from clear.ops import value_estimators
 
 Q_ESTIMATORS = off_policy_config.Q_ESTIMATORS
 
@@ -37,7 +37,7 @@ class QTargets(NamedTuple):
 
 def q_targets(rewards, discounts, truncated, values, bootstrap_value,
               estimator: str = 'td0', lambda_=0.95) -> QTargets:
-  """Q targets over a segment with a `clear.value_estimators` estimator.
+  """Q targets over a segment with a `clear.ops.value_estimators` estimator.
 
   T is time, B is batch. Transition t goes from x_t to x_{t+1}. Truncated
   transitions lost their next observation: they are masked out, and their

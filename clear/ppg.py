@@ -58,15 +58,15 @@ import tensorflow as tf
 import tree
 
 from agents import heads as heads_lib
-from clear import guards
+from clear.ops import guards
 from clear import learner as learner_lib
-from clear import losses
+from clear.ops import losses
 from clear import policy as policy_lib
 from clear import ppg_config
 from clear import ppg_losses
 from clear import ppg_networks
 from clear import types
-from clear import value_estimators
+from clear.ops import value_estimators
 
 # The algorithm's config and its check, where `clear.algorithms` (and
 # users) find them.

@@ -50,8 +50,8 @@ hold it for the rest of 200k- and 500k-frame runs (README, PPG).
 
 from typing import NamedTuple
 
-from clear import losses
-from clear import value_estimators
+from clear.ops import losses
+from clear.ops import value_estimators
 
 
 class PPGConfig(NamedTuple):
@@ -66,7 +66,7 @@ class PPGConfig(NamedTuple):
     fixed_step_mul, step_mul: the environment's step multiplier, for the
       frame count (see `clear.learner.frames_in_batch`).
     discounting: gamma.
-    reward_clipping: a `clear.losses.clip_rewards` mode.
+    reward_clipping: a `clear.ops.losses.clip_rewards` mode.
     reward_scaling: rewards are multiplied by this before clipping.
     learning_rate: Adam learning rate of both networks.
     decay_learning_rate: decay it linearly to 0 over the total frames.
@@ -78,7 +78,7 @@ class PPGConfig(NamedTuple):
     value_clip: value-loss clipping radius around the old value (0 = off).
     entropy_cost: weight of the entropy bonus.
     value_cost: weight of the value network's policy-phase loss.
-    value_estimator: one of `clear.value_estimators.ESTIMATORS`.
+    value_estimator: one of `clear.ops.value_estimators.ESTIMATORS`.
     gae_lambda: lambda of 'gae' and 'td_lambda'.
     normalize_advantage: standardise advantages in each minibatch.
     target_kl: once a minibatch's mean approximate KL between the policy

@@ -28,7 +28,7 @@ Learning (every update, on K replayed segments of L transitions):
   td_lambda) collect it at every step. Terminations zero the discount (and
   with it the bonus); truncated transitions are masked out (see
   `clear.off_policy_replay`). The estimator is `value_estimator` from
-  `clear.value_estimators`;
+  `clear.ops.value_estimators`;
 - actor: alpha_c reg - min_i Q_i(s, a~pi) (mixed: the Q expected under the
   discrete policy, probabilities held fixed);
 - temperatures: log_alpha (-reg - target_entropy), reg held fixed, alpha

@@ -1,10 +1,10 @@
-"""Tests of clear.guards: rank checks and the finite-step guard."""
+"""Tests of clear.ops.guards: rank checks and the finite-step guard."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from clear import guards
+from clear.ops import guards
 
 
 def test_check_rank_names_the_function_and_argument():

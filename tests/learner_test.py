@@ -10,7 +10,7 @@ import tensorflow as tf
 import tree
 
 from clear import learner as learner_lib
-from clear import losses
+from clear.ops import losses
 from clear import types
 
 OBS_DIM = 5

@@ -1,10 +1,10 @@
-"""Tests for clear.losses: values against numpy, dead gradients, modes."""
+"""Tests for clear.ops.losses: values against numpy, dead gradients, modes."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from clear import losses
+from clear.ops import losses
 
 T, B = 6, 5
 HEADS = {'function': 4, 'step_mul': 3}

@@ -19,7 +19,7 @@ from clear import ppg_losses
 from clear import ppg_networks
 from clear import run_loop
 from clear import types
-from clear import value_estimators
+from clear.ops import value_estimators
 
 
 # --- Slow numpy references ----------------------------------------------------

@@ -1,11 +1,11 @@
-"""Tests for clear.value_estimators against slow numpy transcriptions."""
+"""Tests for clear.ops.value_estimators against slow numpy transcriptions."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from clear import value_estimators as ve
-from clear import vtrace
+from clear.ops import value_estimators as ve
+from clear.ops import vtrace
 
 
 def _discount_products(discounts, start, stop):

@@ -1,10 +1,11 @@
-"""Tests for clear.vtrace against a slow numpy transcription of the paper."""
+"""Tests for clear.ops.vtrace against a slow numpy transcription of the
+paper."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from clear import vtrace
+from clear.ops import vtrace
 
 
 def _slow_vtrace(log_rhos, discounts, rewards, values, bootstrap_value,

@@ -27,7 +27,7 @@ GAE and TD(lambda) give the same returns; lambda = 0 gives TD(0) and lambda
 = 1 gives the Monte-Carlo (TD(1)) return. Except for V-trace, whose
 advantages carry the truncated importance weight, advantages are
 returns - values. All recursions run through
-`clear.vtrace.scan_discounted_sum`, so a static or an unknown T both work,
+`clear.ops.vtrace.scan_discounted_sum`, so a static or an unknown T both work,
 eagerly and inside `tf.function`.
 """
 
@@ -36,7 +36,7 @@ import numbers
 
 import tensorflow as tf
 
-from clear import vtrace as vtrace_lib
+from clear.ops import vtrace as vtrace_lib
 
 ESTIMATORS = ('td0', 'td1', 'td_lambda', 'gae', 'vtrace')
 
@@ -217,7 +217,7 @@ def gae(rewards, discounts, values, bootstrap_value, lambda_):
 
 def vtrace(rewards, discounts, values, bootstrap_value, log_rhos,
                     clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0):
-  """V-trace targets and policy-gradient advantages (see `clear.vtrace`).
+  """V-trace targets and policy-gradient advantages (see `clear.ops.vtrace`).
 
   T is time, B is batch; see the module docstring for the conventions. With
   log_rhos = 0 (on-policy) the targets are the TD(1) returns.

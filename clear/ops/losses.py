@@ -17,7 +17,7 @@ import operator
 
 import tensorflow as tf
 
-from clear import vtrace
+from clear.ops import vtrace
 
 REWARD_CLIPPING_MODES = ('abs_one', 'soft_asymmetric', 'none')
 
