@@ -1,8 +1,8 @@
 r"""Replay benchmark: Atari unrolls stored as they arrive against frame-once.
 
-Fills two `clear.replay.ReplayBuffer`s of the same capacity with the same
-real Pong unrolls (random actions, the Atari defaults: 84x84 frames, stack
-of 4, step multiplier 4, unrolls of 20 steps, an LSTM-256 agent state and
+Fills two `clear.replay.buffer.ReplayBuffer`s of the same capacity with
+the same real Pong unrolls (random actions, the Atari defaults: 84x84 frames,
+stack of 4, step multiplier 4, unrolls of 20 steps, an LSTM-256 agent state and
 behaviour logits beside them): one stores the frame stacks as they arrive
 (`as_is`, the storage before frame-once), the other each distinct frame
 once (`frame_once`, `stacked_observations=('frame',)`). Prints one JSON
@@ -38,9 +38,9 @@ from absl import flags
 import numpy as np
 import tree
 
-import envs
-from clear import replay
+from clear.replay import buffer as replay
 from clear import types
+import envs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_bool('quick', False, 'Short run (smoke test).')

@@ -252,7 +252,7 @@ def kill_tree(process: psutil.Process):
 _LEAK_PRELUDE = '''
 import numpy as np
 import tree
-from clear import replay
+from clear.replay import buffer as replay
 _leaked = []
 _assemble_batch = replay.assemble_batch
 def _leaky_assemble_batch(*args, **kwargs):

@@ -24,12 +24,12 @@ import sonnet as snt
 import tensorflow as tf
 import tree
 
-from clear.ops import guards
 from clear import learner as learner_lib
 from clear import off_policy_networks as networks
 from clear import off_policy_replay
+from clear.ops import guards
 from clear import policy as policy_lib
-from clear import replay as replay_lib
+from clear.replay import buffer as replay_lib
 from clear import types
 
 # Bytes of sampled segments sent to one tf.function call at most; more

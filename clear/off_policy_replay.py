@@ -1,9 +1,9 @@
 """Replayed segments of the off-policy learners (SAC, DDPG).
 
 T is time, B is batch, K the number of segments, L their length in
-transitions. The policy's `clear.replay.ReplayBuffer` holds whole unrolls
-`[T + 1]`; a learner samples windows of L + 1 steps (L transitions) out of
-them, uniformly or by priority (`sample_segments`), and `transitions` lines
+transitions. The policy's `clear.replay.buffer.ReplayBuffer` holds whole
+unrolls `[T + 1]`; a learner samples windows of L + 1 steps (L transitions) out
+of them, uniformly or by priority (`sample_segments`), and `transitions` lines
 a window up into time-major transitions.
 
 Transitions and episode ends. In a window, transition t goes from
@@ -28,7 +28,7 @@ import tensorflow as tf
 import tree
 
 from clear import learner as learner_lib
-from clear import replay as replay_lib
+from clear.replay import buffer as replay_lib
 from clear import types
 
 

@@ -22,7 +22,7 @@ import agents
 from clear import checkpoint as checkpoint_lib
 from clear import ewc
 from clear import learner as learner_lib
-from clear import replay as replay_lib
+from clear.replay import buffer as replay_lib
 from clear import types
 
 

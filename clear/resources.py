@@ -1,9 +1,9 @@
 """What a run's replay will take of the machine, checked before it starts.
 
 A replay buffer allocates its whole capacity at its first insert (see
-`clear.replay.ReplayBuffer.storage_plan`): in memory, or for memmap storage
-as `.npy` files under the logdir. A capacity the machine cannot hold would
-otherwise fail minutes later with a NumPy memory error, after a checkpoint
+`clear.replay.buffer.ReplayBuffer.storage_plan`): in memory, or for memmap
+storage as `.npy` files under the logdir. A capacity the machine cannot hold
+would otherwise fail minutes later with a NumPy memory error, after a checkpoint
 was written. `check_replay_fits` compares the plan with the memory
 available now (psutil's `available`: free plus reclaimable caches) and the
 free disk under the memmap folder, and refuses with one message naming the
@@ -18,7 +18,7 @@ from typing import Dict, List, NamedTuple, Optional
 
 import psutil
 
-from clear import replay as replay_lib
+from clear.replay import buffer as replay_lib
 
 # Above this share of what is available, the run starts with a warning:
 # the learner's TensorFlow and the actors need memory too.

@@ -35,14 +35,14 @@ from clear import actor_pool as pool_lib
 from clear import algorithms
 from clear import checkpoint as checkpoint_lib
 from clear import continual
-from clear import continual_metrics
 from clear import continual_methods
+from clear import continual_metrics
 from clear import devices
 from clear import learner as learner_lib
 from clear import policy as policy_lib
 from clear import progress
 from clear import record as record_lib
-from clear import replay as replay_lib
+from clear.replay import buffer as replay_lib
 from clear import resources
 from clear import run_lock
 from clear import snapshot

@@ -62,7 +62,7 @@ from clear import learner as learner_lib
 from clear import policy as policy_lib
 from clear import progress
 from clear import record as record_lib
-from clear import replay as replay_lib
+from clear.replay import buffer as replay_lib
 from clear import run_lock
 from clear import run_loop
 

@@ -1,9 +1,10 @@
-"""Tests of clear.frame_store: each frame once, stacks rebuilt bit for bit."""
+"""Tests of clear.replay.frame_store: each frame once, stacks rebuilt bit for
+bit."""
 
 import numpy as np
 import pytest
 
-from clear import frame_store
+from clear.replay import frame_store
 from tests import frame_stacking
 
 RESET_STYLES = frame_stacking.RESET_STYLES

@@ -13,7 +13,7 @@ from clear import off_policy_config
 from clear import off_policy_losses
 from clear import off_policy_networks
 from clear import off_policy_replay
-from clear import replay
+from clear.replay import buffer as replay
 from clear import types
 
 T, B, N = 5, 4, 3

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import tree
 
-import envs
-from clear import frame_store
-from clear import replay
+from clear.replay import buffer as replay
+from clear.replay import frame_store
 from clear import types
+import envs
 from tests import frame_stacking
 
 

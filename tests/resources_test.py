@@ -7,7 +7,7 @@ import pytest
 from clear import algorithms
 from clear import learner as learner_lib
 from clear import policy as policy_lib
-from clear import replay
+from clear.replay import buffer as replay
 from clear import resources
 from clear import run_loop
 

@@ -13,9 +13,10 @@ Sampling is uniform with replacement over the stored unrolls.
 
 Frame-stacked observations (`stacked_observations`, the entries an
 `EnvSpec` lists in `stacked_frames`, e.g. Atari's `frame`) are kept with
-each distinct frame once per unroll (`clear/frame_store.py`) and rebuilt bit
-for bit when read: about T + K frames per unroll instead of (T + 1) K.
-Every other leaf, and every other observation, is stored as it arrives.
+each distinct frame once per unroll (`clear/replay/frame_store.py`) and
+rebuilt bit for bit when read: about T + K frames per unroll instead of
+(T + 1) K. Every other leaf, and every other observation, is stored as it
+arrives.
 
 Off-policy learners that train on pieces of unrolls address them as
 (item, slot) pairs: an item has `slots_per_item` slots (e.g. the start
@@ -41,7 +42,7 @@ from typing import Dict, NamedTuple, Optional, Sequence
 import numpy as np
 import tree
 
-from clear import frame_store
+from clear.replay import frame_store
 
 SAMPLING_MODES = ('reservoir', 'fifo')
 STORAGE_MODES = ('memory', 'memmap')
