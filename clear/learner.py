@@ -9,8 +9,9 @@ targets at truncated episode ends (`losses.cut_at_truncations`), computes
 `losses.impala_clear_loss`, clips gradients by global norm and applies them.
 `critic_step` fits the critic alone to discounted returns.
 
-With a `continual_method`, the loss adds `clear.ewc`'s penalty (`loss/ewc`)
-and `consolidate` ends a task: its Fisher and the weights as its anchor.
+With a `continual_method`, the loss adds `clear.continual.ewc`'s penalty
+(`loss/ewc`) and `consolidate` ends a task: its Fisher and the weights as its
+anchor.
 
 The first `num_replay` batch columns are replayed unrolls: they contribute to
 the loss like fresh ones and to the cloning terms, but never to the frame
@@ -25,8 +26,8 @@ import sonnet as snt
 import tensorflow as tf
 import tree
 
-from clear import continual_methods
-from clear import ewc
+from clear.continual import ewc
+from clear.continual import methods as continual_methods
 from clear.ops import losses
 from clear import types
 
@@ -100,7 +101,7 @@ class LearnerConfig(NamedTuple):
     continual_method: a `continual_methods.CONTINUAL_METHODS` name. 'none'
       (the default) leaves every update and checkpoint as without it;
       'ewc' keeps an anchor and a Fisher per task, 'online_ewc' one anchor
-      and a running Fisher (see `clear.ewc`).
+      and a running Fisher (see `clear.continual.ewc`).
     ewc_lambda: lambda, the weight of the EWC penalty
       lambda / 2 * sum_k sum_i F_k,i (theta_i - theta*_k,i)^2.
     ewc_gamma: online EWC's decay of the running Fisher, F <- gamma F +

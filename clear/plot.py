@@ -6,16 +6,16 @@ r"""Renders return curves of one or more runs from their TensorBoard events.
 
 One figure (PNG, `--dpi` 100) with a panel per task, holding each run's
 evaluation curve of that task (`<tag_prefix><task>/return`, by default
-`eval/<task>/return` as `clear.continual.write_eval_summaries` writes),
+`eval/<task>/return` as `clear.continual.schedule.write_eval_summaries` writes),
 and a panel of the runs' training returns (`episode/<env>/return`,
 smoothed like TensorBoard). The x-axis is total env frames: the summaries'
-step. Where a run's logdir holds a `tasks.json` (see `clear.continual`:
+step. Where a run's logdir holds a `tasks.json` (see `clear.continual.schedule`:
 {"tasks": [...], "frames_per_task": N, "num_cycles": k}), the segments of
 the task sequence are drawn: in a task's panel its training segments are
 shaded, and every panel marks the boundaries (from the first run that has
 the file).
 
-With `--baselines=path.json` (`clear.continual_metrics.read_baselines`:
+With `--baselines=path.json` (`clear.continual.metrics.read_baselines`:
 per task a random and a single-task return and the single-task curve)
 each task's panel marks those two returns, a summary panel draws each
 run's mean normalised evaluation return, and `--metrics_out=path.json`
@@ -23,7 +23,7 @@ writes every sequence run's continual-learning metrics (`clear.
 continual_metrics.forgetting_metrics`, from its evaluations) normalised,
 with forward transfer against the single-task curves.
 
-Seeds of a method (`clear.seed_stats`): with runs labelled
+Seeds of a method (`clear.continual.seed_stats`): with runs labelled
 `<method>_s<seed>` (`clear_s0`, `impala_s1`), `--group_seeds` draws one
 line per method, the mean over its seeds (aligned on the evaluation
 frames) with the 95% Student t interval shaded, in every task panel and the
@@ -57,11 +57,11 @@ from absl import app
 from absl import flags
 import numpy as np
 
-from clear import continual
-from clear import run_lock
-from clear import continual_metrics as metrics_lib
+from clear.continual import metrics as metrics_lib
+from clear.continual import schedule as continual
+from clear.continual import seed_stats
 from clear import events
-from clear import seed_stats
+from clear import run_lock
 
 # Event reading lives in clear.events; these names stay clear.plot's too.
 Series = events.Series
@@ -615,7 +615,7 @@ def _define_flags():
       'path.json:label for one of its runs) whose trailing means are drawn '
       'beside the runs, for a run whose event files are gone; repeatable.')
   flags.DEFINE_string(
-      'baselines', '', 'A baselines JSON (clear.continual_metrics.'
+      'baselines', '', 'A baselines JSON (clear.continual.metrics.'
       'read_baselines: '
       'per task a random and a single-task return, and the single-task '
       'curve): adds a panel of the mean normalised evaluation return, and '
@@ -624,7 +624,7 @@ def _define_flags():
       'metrics_out', '', 'Write the continual-learning metrics of every run '
       'with a tasks.json (forgetting, final and best returns, area under '
       'the curve, CORA\'s isolated forgetting and zero-shot transfer; see '
-      'clear.continual_metrics), computed from its evaluations, to this '
+      'clear.continual.metrics), computed from its evaluations, to this '
       'JSON.')
   flags.DEFINE_bool('training_panel', True,
                     'Draw the panel of training returns.')

@@ -20,7 +20,7 @@ import tree
 
 import agents
 from clear import checkpoint as checkpoint_lib
-from clear import ewc
+from clear.continual import ewc
 from clear import learner as learner_lib
 from clear.replay import buffer as replay_lib
 from clear import types

@@ -34,9 +34,9 @@ from clear import actor as actor_lib
 from clear import actor_pool as pool_lib
 from clear import algorithms
 from clear import checkpoint as checkpoint_lib
-from clear import continual
-from clear import continual_methods
-from clear import continual_metrics
+from clear.continual import methods as continual_methods
+from clear.continual import metrics as continual_metrics
+from clear.continual import schedule as continual
 from clear import devices
 from clear import learner as learner_lib
 from clear import policy as policy_lib

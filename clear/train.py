@@ -56,7 +56,7 @@ from absl import logging
 import agents as agents_lib
 from clear import algorithms
 from clear import checkpoint as checkpoint_lib
-from clear import continual_methods
+from clear.continual import methods as continual_methods
 from clear import flag_help
 from clear import learner as learner_lib
 from clear import policy as policy_lib

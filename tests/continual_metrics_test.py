@@ -1,6 +1,6 @@
-"""Tests for clear.continual_metrics: every metric against hand-computed
+"""Tests for clear.continual.metrics: every metric against hand-computed
 values, CORA's isolated forgetting and zero-shot transfer, and the keys the
-metrics had before they left clear.continual, unchanged."""
+metrics had before they left the continual module, unchanged."""
 
 import json
 import os
@@ -8,13 +8,13 @@ import os
 import numpy as np
 import pytest
 
-from clear import continual
-from clear import continual_metrics
+from clear.continual import metrics as continual_metrics
+from clear.continual import schedule as continual
 
 TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                         'testdata')
 
-# --- The metrics of clear.continual -----------------------------------------
+# --- The metrics --------------------------------------------------------------
 
 # Two tasks of 100 frames, evaluated every 50 frames.
 _FRAMES = [0, 50, 100, 150, 200]
@@ -192,7 +192,7 @@ def test_write_metrics_json_is_atomic_and_strict(tmp_path):
   assert os.listdir(tmp_path / 'out') == ['metrics.json']
 
 
-# --- Unchanged by the move out of clear.continual -----------------------------
+# --- Unchanged by the move out of the continual module ------------------------
 
 
 def _golden_cases():

@@ -1,4 +1,4 @@
-"""Tests for clear.continual: schedule, history and the evaluator (the
+"""Tests for clear.continual.schedule: schedule, history and the evaluator (the
 metrics are tested in continual_metrics_test.py)."""
 
 import json
@@ -6,11 +6,11 @@ import json
 import numpy as np
 import pytest
 
-import envs
 from clear import algorithms
-from clear import continual
+from clear.continual import schedule as continual
 from clear import policy as policy_lib
 from clear import snapshot
+import envs
 
 GYM = 'gym:CartPole-v1,gym:Acrobot-v1'
 

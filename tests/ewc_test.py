@@ -11,7 +11,7 @@ from absl import flags
 from absl.testing import flagsaver
 
 from clear import checkpoint as checkpoint_lib
-from clear import ewc
+from clear.continual import ewc
 from clear import learner as learner_lib
 from clear import policy as policy_lib
 from clear import run_loop

@@ -1,12 +1,12 @@
-"""Tests for clear.seed_stats: the t quantile, intervals, label groups, mean
-curves and the per-method table, against hand-computed values."""
+"""Tests for clear.continual.seed_stats: the t quantile, intervals, label
+groups, mean curves and the per-method table, against hand-computed values."""
 
 import math
 
 import numpy as np
 import pytest
 
-from clear import seed_stats
+from clear.continual import seed_stats
 
 # --- Student t ----------------------------------------------------------------
 

@@ -3,7 +3,7 @@ r"""Writes the baselines the continual MinAtar runs are normalised by.
   python results/minatar/make_baselines.py --single_task_root=runs/minatar \
       --frames=3000000 --out=results/minatar/baselines.json
 
-Per game (`clear.continual_metrics.baselines_json`):
+Per game (`clear.continual.metrics.baselines_json`):
   * low: the mean return of a uniformly random policy over
     `--random_episodes` episodes (the first episodes that
     `--random_envs` envs, seeded from `--seed`, finish), with MinAtar's
@@ -27,8 +27,8 @@ from absl import app
 from absl import flags
 import numpy as np
 
-from clear import continual
-from clear import continual_metrics
+from clear.continual import metrics as continual_metrics
+from clear.continual import schedule as continual
 from clear import plot
 import envs
 from envs import minatar

@@ -20,10 +20,10 @@ import numpy as np
 import tensorflow as tf
 
 from agents import heads
-import envs
-from clear import continual
+from clear.continual import schedule as continual
 from clear import policy as policy_lib
 from clear import run_loop
+import envs
 import run_files  # results/pong/run_files.py, beside this script.
 
 flags.DEFINE_string('logdir', None, 'A Pong run (run.json, checkpoints/).')

@@ -2,7 +2,7 @@ r"""Continual-learning metrics of a run's evaluations, and their baselines.
 
 Every metric that `continual_metrics.json` holds is defined here, in one
 place. `forgetting_metrics(history, schedule, reference, normalization)`
-computes them all from a run's `clear.continual.EvalHistory` and
+computes them all from a run's `clear.continual.schedule.EvalHistory` and
 `TaskSchedule`; `clear.run_loop` writes them at the end of a sequence run
 and `clear.plot --metrics_out` for many runs from their event files.
 
@@ -71,8 +71,8 @@ from the other segments, and scale it per task by
 
 the largest absolute evaluation return of task i. CORA takes that maximum
 over every evaluation of every run of a method; in one run's metrics it is
-over that run's evaluations (`clear.seed_stats` re-scales the seeds of a
-method by the maximum over all of them, as CORA does).
+over that run's evaluations (`clear.continual.seed_stats` re-scales the seeds of
+a method by the maximum over all of them, as CORA does).
 
 Isolated forgetting of task i by segment k (`cora_isolated_forgetting`):
 
@@ -113,7 +113,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-from clear import continual
+from clear.continual import schedule as continual
 
 # CORA's forgetting counts the segments of this many cycles (its default).
 CORA_FORGETTING_CYCLES = 1

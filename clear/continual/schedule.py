@@ -15,7 +15,7 @@ cycled) needs besides the ordinary training loop:
 and `write_json`, the atomic JSON writer the run's files use. The metrics
 computed from an `EvalHistory` (forgetting, forward transfer, CORA's
 metrics) and the baselines that normalise them are in
-`clear.continual_metrics`.
+`clear.continual.metrics`.
 
 Frames are total env frames of the run (the learner's `num_env_frames`, the
 step of every summary). Task names are `envs.make` names

@@ -2,11 +2,11 @@
 
 `--continual_method` picks one of `CONTINUAL_METHODS` for the IMPALA-CLEAR
 learner: 'none' (the learner as it always was), 'ewc' or 'online_ewc'
-(`clear.ewc`). A method changes what a checkpoint holds (anchors, Fishers
-and the unrolls kept for the next Fisher), so a run's method and the size of
-its kept unrolls are part of the identity its run.json records, and a resume
-with another method is refused; the penalty's weight, online EWC's decay and
-the number of Fisher batches are settings a resume may change (kept from
+(`clear.continual.ewc`). A method changes what a checkpoint holds (anchors,
+Fishers and the unrolls kept for the next Fisher), so a run's method and the
+size of its kept unrolls are part of the identity its run.json records, and a
+resume with another method is refused; the penalty's weight, online EWC's decay
+and the number of Fisher batches are settings a resume may change (kept from
 run.json when their flags are left unset, like the batch size).
 
 Defaults (`learner.LearnerConfig`): 100 Fisher batches of `batch_size`

@@ -15,7 +15,7 @@ no statistics package is needed.
 `mean_curve` averages the seeds' evaluation curves of one task for
 `clear.plot --group_seeds`; `seed_table` / `table_markdown` make the
 per-method table of `clear.plot --table_out` and `--table_json` from the
-runs' `clear.continual_metrics.forgetting_metrics`.
+runs' `clear.continual.metrics.forgetting_metrics`.
 """
 
 import math
@@ -25,7 +25,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-from clear import continual_metrics
+from clear.continual import metrics as continual_metrics
 
 LABEL = re.compile(r'(?P<method>.+)_s(?P<seed>\d+)')
 CONFIDENCE = 0.95

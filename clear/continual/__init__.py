@@ -1,0 +1,3 @@
+"""Continual learning: task sequences, their metrics, and the methods against
+forgetting.
+"""
