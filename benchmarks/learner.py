@@ -24,8 +24,8 @@ import tree
 
 import agents
 from clear import devices as devices_lib
-from clear import learner as learner_lib
 from clear import types
+from clear.algorithms.impala import learner as learner_lib
 from clear.ops import vtrace
 
 FLAGS = flags.FLAGS

@@ -32,8 +32,8 @@ import numpy as np
 import tree
 
 from clear import actor_pool
-from clear import algorithms
 from clear import train
+from clear.algorithms import registry
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('bench_env', 'atari:Pong', 'Env of the actors.')
@@ -69,7 +69,7 @@ def pool_config(num_actors):
 def initial_weights(config):
   import envs  # pylint: disable=g-import-not-at-top
   env = envs.make(config.env_name, num_envs=1, **config.env_options)
-  policy = algorithms.make_policy(config.algorithm, env.spec,
+  policy = registry.make_policy(config.algorithm, env.spec,
                                   config.agent_config)
   env.close()
   return policy.get_weights()

@@ -38,8 +38,8 @@ from absl import flags
 import numpy as np
 import tree
 
-from clear.replay import buffer as replay
 from clear import types
+from clear.replay import buffer as replay
 import envs
 
 FLAGS = flags.FLAGS

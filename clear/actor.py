@@ -12,9 +12,9 @@ from typing import List, NamedTuple
 import numpy as np
 import tree
 
-from clear import policy as policy_lib
 from clear import snapshot
 from clear import types
+from clear.algorithms import policy as policy_lib
 
 
 class Episode(NamedTuple):

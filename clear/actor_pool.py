@@ -32,10 +32,10 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from clear import actor as actor_lib
-from clear import algorithms
 from clear import devices
-from clear import policy as policy_lib
 from clear import snapshot
+from clear.algorithms import policy as policy_lib
+from clear.algorithms import registry
 
 BACKENDS = ('local', 'inline', 'ray')
 
@@ -47,7 +47,7 @@ class ActorPoolConfig(NamedTuple):
     env_name: `envs.make` name.
     env_options: dict of `envs.make` options.
     envs_per_actor: environments each actor steps in one batch.
-    algorithm: `algorithms.ALGORITHMS` key.
+    algorithm: `registry.ALGORITHMS` key.
     agent_config: `policy.AgentConfig`.
     unroll_length: T.
     num_actors: actor count.
@@ -89,7 +89,7 @@ class ActorWorker:
     seed = actor_seed(config, actor_id, generation)
     env = envs.make(config.env_name, num_envs=config.envs_per_actor,
                     seed=seed, **config.env_options)
-    policy = algorithms.make_policy(config.algorithm, env.spec,
+    policy = registry.make_policy(config.algorithm, env.spec,
                                     config.agent_config, seed=seed)
     self.actor = actor_lib.Actor(env, policy, config.unroll_length, actor_id)
 

@@ -57,11 +57,11 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from clear import events
+from clear import run_lock
 from clear.continual import metrics as metrics_lib
 from clear.continual import schedule as continual
 from clear.continual import seed_stats
-from clear import events
-from clear import run_lock
 
 # Event reading lives in clear.events; these names stay clear.plot's too.
 Series = events.Series

@@ -27,8 +27,8 @@ from typing import List, NamedTuple, Optional
 
 import numpy as np
 
-from clear import policy as policy_lib
 from clear import types
+from clear.algorithms import policy as policy_lib
 
 MIN_SIZE = 160
 FORMATS = ('.gif', '.mp4')

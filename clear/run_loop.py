@@ -32,20 +32,20 @@ import tree
 
 from clear import actor as actor_lib
 from clear import actor_pool as pool_lib
-from clear import algorithms
 from clear import checkpoint as checkpoint_lib
-from clear.continual import methods as continual_methods
-from clear.continual import metrics as continual_metrics
-from clear.continual import schedule as continual
 from clear import devices
-from clear import learner as learner_lib
-from clear import policy as policy_lib
 from clear import progress
 from clear import record as record_lib
-from clear.replay import buffer as replay_lib
 from clear import resources
 from clear import run_lock
 from clear import snapshot
+from clear.algorithms import policy as policy_lib
+from clear.algorithms import registry
+from clear.algorithms.impala import learner as learner_lib
+from clear.continual import methods as continual_methods
+from clear.continual import metrics as continual_metrics
+from clear.continual import schedule as continual
+from clear.replay import buffer as replay_lib
 from envs import multitask
 
 PHASES = ('prefill', 'critic', 'main')
@@ -57,7 +57,7 @@ class RunConfig(NamedTuple):
 
   Attributes:
     env_name, env_options: what `envs.make` builds.
-    algorithm: a `algorithms.ALGORITHMS` key.
+    algorithm: a `registry.ALGORITHMS` key.
     agent_config: `policy.AgentConfig`.
     learner_config: `learner.LearnerConfig` (its num_replay is the replayed
       share of each batch).
@@ -254,7 +254,7 @@ class _Run:
     lc = continual_methods.learner_config(config, self.schedule)
     saved_identity = checkpoint_lib.verify_run_identity(config.logdir,
                                                         run_identity(config))
-    self.policy = algorithms.make_policy(config.algorithm, spec,
+    self.policy = registry.make_policy(config.algorithm, spec,
                                          config.agent_config, lc,
                                          seed=config.seed)
     self.phase = tf.Variable(PREFILL, dtype=tf.int64, trainable=False,
@@ -647,7 +647,7 @@ class _Evaluation:
   def __init__(self, run: _Run):
     config = run.config
     self._run = run
-    policy = algorithms.make_policy(config.algorithm, run.policy.spec,
+    policy = registry.make_policy(config.algorithm, run.policy.spec,
                                     config.agent_config,
                                     seed=config.seed + 1)
     self._evaluator = continual.Evaluator(
@@ -903,7 +903,7 @@ def _restored_acting_policy(config: RunConfig):
   Returns:
     (policy, checkpoint path).
   """
-  policy = algorithms.make_policy(config.algorithm, env_spec(config),
+  policy = registry.make_policy(config.algorithm, env_spec(config),
                                   config.agent_config, seed=config.seed)
   path = checkpoint_lib.restore_part(
       os.path.join(config.logdir, 'checkpoints'),

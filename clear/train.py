@@ -54,17 +54,17 @@ from absl import flags
 from absl import logging
 
 import agents as agents_lib
-from clear import algorithms
 from clear import checkpoint as checkpoint_lib
-from clear.continual import methods as continual_methods
 from clear import flag_help
-from clear import learner as learner_lib
-from clear import policy as policy_lib
 from clear import progress
 from clear import record as record_lib
-from clear.replay import buffer as replay_lib
 from clear import run_lock
 from clear import run_loop
+from clear.algorithms import policy as policy_lib
+from clear.algorithms import registry
+from clear.algorithms.impala import learner as learner_lib
+from clear.continual import methods as continual_methods
+from clear.replay import buffer as replay_lib
 
 FLAGS = flags.FLAGS
 PROGRAM = 'python -m clear.train'
@@ -79,9 +79,9 @@ flags.DEFINE_string('env', 'gym:CartPole-v1',
                     'SpaceInvaders), or a comma-separated sequence of one '
                     'family trained one after another (see '
                     '--frames_per_task).')
-flags.DEFINE_enum('algorithm', 'impala', sorted(algorithms.ALGORITHMS),
+flags.DEFINE_enum('algorithm', 'impala', sorted(registry.ALGORITHMS),
                   '; '.join(f'{name}: {entry.description}' for name, entry
-                            in sorted(algorithms.ALGORITHMS.items())) +
+                            in sorted(registry.ALGORITHMS.items())) +
                   '. The flags below apply to impala unless their group '
                   'says otherwise; batch_size, unroll_length, '
                   'learning_rate, discounting, reward_scaling, '
@@ -394,7 +394,7 @@ def _define_algorithm_flags():
     {field: [algorithm names that have it]}.
   """
   owners = {}
-  for name, entry in sorted(algorithms.ALGORITHMS.items()):
+  for name, entry in sorted(registry.ALGORITHMS.items()):
     if name == 'impala':
       continue
     for field, default in entry.config._field_defaults.items():
@@ -597,7 +597,7 @@ def _port_problems(f):
                if f[name].present and f.algorithm not in ALGORITHM_FLAGS[name]]
   if not problems:
     try:
-      algorithms.ALGORITHMS[f.algorithm].validate(
+      registry.ALGORITHMS[f.algorithm].validate(
           port_config(f, env_options_from_flags(f)))
     except (ValueError, TypeError) as e:
       problems.append(f'--algorithm={f.algorithm}: {e}')
@@ -616,7 +616,7 @@ def env_options_from_flags(f) -> dict:
 def port_config(f, env_options):
   """The PPG / SAC / DDPG config: its own defaults, overridden by the
   shared flags the user set and by the algorithm flags."""
-  config_class = algorithms.ALGORITHMS[f.algorithm].config
+  config_class = registry.ALGORITHMS[f.algorithm].config
   values = {'total_environment_frames': total_frames(f),
             'fixed_step_mul': env_options['fixed_step_mul'],
             'step_mul': env_options.get('step_mul', 1)}

@@ -10,13 +10,13 @@ import psutil
 import pytest
 import tree
 
-import envs
 from clear import actor as actor_lib
-from clear import algorithms
 from clear import actor_pool
-from clear import learner as learner_lib
-from clear import policy as policy_lib
 from clear import types
+from clear.algorithms import policy as policy_lib
+from clear.algorithms import registry
+from clear.algorithms.impala import learner as learner_lib
+import envs
 
 
 class FakeEchoEnvForTest:
@@ -67,7 +67,7 @@ class FakeEchoEnvForTest:
 
 def make_actor(unroll_length=5):
   env = FakeEchoEnvForTest()
-  policy = algorithms.make_policy('impala', env.spec,
+  policy = registry.make_policy('impala', env.spec,
                                   policy_lib.AgentConfig('mlp', 8), seed=1)
   return actor_lib.Actor(env, policy, unroll_length)
 
@@ -121,7 +121,7 @@ def test_learner_reunroll_matches_the_actor_at_atari_scale():
   weights, the learner's re-unrolled logits and baselines equal the
   actor's, so every log-rho of the batch is 0."""
   env = envs.make('atari:Pong', num_envs=2, seed=3, max_episode_frames=160)
-  policy = algorithms.make_policy(
+  policy = registry.make_policy(
       'impala', env.spec, policy_lib.AgentConfig('impala_shallow', 256),
       seed=1)
   assert policy.agent.env_spec.observation_spec['frame'].shape == (84, 84, 4)
@@ -160,7 +160,7 @@ def test_finished_episodes_are_reported():
 
 def test_unroll_length_must_be_positive():
   env = FakeEchoEnvForTest()
-  policy = algorithms.make_policy('impala', env.spec,
+  policy = registry.make_policy('impala', env.spec,
                                   policy_lib.AgentConfig('mlp', 8))
   with pytest.raises(ValueError, match='unroll_length'):
     actor_lib.Actor(env, policy, 0)
@@ -184,7 +184,7 @@ def wait_for(pool, predicate, timeout=60.0):
 
 def test_local_pool_delivers_versioned_unrolls_restarts_and_cleans_up():
   env = envs.make('gym:CartPole-v1')
-  learner_policy = algorithms.make_policy(
+  learner_policy = registry.make_policy(
       'impala', env.spec, policy_lib.AgentConfig('mlp', 8), seed=3)
   env.close()
   weights = learner_policy.get_weights()

@@ -6,10 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from clear import algorithms
-from clear.continual import schedule as continual
-from clear import policy as policy_lib
 from clear import snapshot
+from clear.algorithms import policy as policy_lib
+from clear.algorithms import registry
+from clear.continual import schedule as continual
 import envs
 
 GYM = 'gym:CartPole-v1,gym:Acrobot-v1'
@@ -104,7 +104,7 @@ def test_history_survives_a_snapshot(tmp_path):
 def _evaluator(max_steps):
   """An evaluator and its policy (seeded: equal calls, equal results)."""
   env = envs.make(GYM, task=0)
-  policy = algorithms.make_policy('impala', env.spec,
+  policy = registry.make_policy('impala', env.spec,
                                   policy_lib.AgentConfig('mlp', 8), seed=3)
   env.close()
   return continual.Evaluator(GYM, {}, policy, num_episodes=3, seed=7,
@@ -136,7 +136,7 @@ def test_evaluator_plays_every_task_deterministically():
 
 def test_evaluator_rejects_a_policy_of_another_spec():
   env = envs.make('gym:CartPole-v1')
-  policy = algorithms.make_policy('impala', env.spec,
+  policy = registry.make_policy('impala', env.spec,
                                   policy_lib.AgentConfig('mlp', 8))
   with pytest.raises(ValueError, match='spec differs'):
     continual.Evaluator(GYM, {}, policy, num_episodes=1)

@@ -1,4 +1,5 @@
-"""Tests of clear.ddpg: the loss terms against numpy, dead gradients, policy."""
+"""Tests of clear.algorithms.ddpg.policy: the loss terms against numpy, dead
+gradients, policy."""
 
 import collections
 
@@ -8,9 +9,9 @@ import tensorflow as tf
 import tree
 
 from agents import testing
-from clear import ddpg
-from clear import policy as policy_lib
 from clear import types
+from clear.algorithms import policy as policy_lib
+from clear.algorithms.ddpg import policy as ddpg
 
 T, B, N = 4, 3, 2
 ACTIONS = collections.OrderedDict(

@@ -9,11 +9,11 @@ import pytest
 import tensorflow as tf
 
 from clear import actor_pool
-from clear import algorithms
 from clear import devices
-from clear import learner as learner_lib
-from clear import policy as policy_lib
 from clear import run_loop
+from clear.algorithms import policy as policy_lib
+from clear.algorithms import registry
+from clear.algorithms.impala import learner as learner_lib
 import envs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,7 +33,7 @@ def test_local_actor_processes_start_without_gpus(monkeypatch):
       'gym:CartPole-v1', {}, 2, 'impala', policy_lib.AgentConfig('mlp', 4),
       5, num_actors=2)
   env = envs.make('gym:CartPole-v1', num_envs=1)
-  policy = algorithms.make_policy('impala', env.spec, config.agent_config)
+  policy = registry.make_policy('impala', env.spec, config.agent_config)
   env.close()
   weights = policy.get_weights()
   pool = actor_pool.LocalActorPool(config, [w.shape for w in weights])

@@ -16,13 +16,13 @@ import minatar
 import numpy as np
 import pytest
 
-import envs
-from clear import learner as learner_lib
 from clear import plot
-from clear import policy as policy_lib
 from clear import run_loop
 from clear import snapshot
 from clear import types
+from clear.algorithms import policy as policy_lib
+from clear.algorithms.impala import learner as learner_lib
+import envs
 from envs import minatar as minatar_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

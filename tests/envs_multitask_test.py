@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 import agents
-import envs
 from clear import actor as actor_lib
-from clear import algorithms
-from clear import policy as policy_lib
 from clear import types
+from clear.algorithms import policy as policy_lib
+from clear.algorithms import registry
+import envs
 from envs import multitask
 from envs import single
 
@@ -205,7 +205,7 @@ def test_agent_never_samples_a_masked_action():
   env = envs.make(GYM, num_envs=8, seed=0, task=0)
   # ImpalaPolicy acts with agents.make_agent(spec, network='mlp',
   # core_size=8).
-  policy = algorithms.make_policy('impala', env.spec,
+  policy = registry.make_policy('impala', env.spec,
                                   policy_lib.AgentConfig('mlp', 8))
   actor = actor_lib.Actor(env, policy, unroll_length=40)
   unroll = actor.collect().unroll  # The env raises on a masked action.

@@ -9,9 +9,9 @@ import sonnet as snt
 import tensorflow as tf
 import tree
 
-from clear import learner as learner_lib
-from clear.ops import losses
 from clear import types
+from clear.algorithms.impala import learner as learner_lib
+from clear.ops import losses
 
 OBS_DIM = 5
 NUM_ACTIONS = 3

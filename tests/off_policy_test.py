@@ -1,6 +1,6 @@
-"""Tests of the machinery SAC and DDPG share: clear.off_policy_networks
-(critics, actions, target networks), off_policy_losses (Q targets, critic
-loss, priorities), off_policy_replay (segments) and off_policy_config."""
+"""Tests of the machinery SAC and DDPG share, clear.algorithms.off_policy:
+networks (critics, actions, target networks), losses (Q targets, critic
+loss, priorities), segments and config."""
 
 import collections
 
@@ -9,12 +9,12 @@ import pytest
 import tensorflow as tf
 import tree
 
-from clear import off_policy_config
-from clear import off_policy_losses
-from clear import off_policy_networks
-from clear import off_policy_replay
-from clear.replay import buffer as replay
 from clear import types
+from clear.algorithms.off_policy import config as off_policy_config
+from clear.algorithms.off_policy import losses as off_policy_losses
+from clear.algorithms.off_policy import networks as off_policy_networks
+from clear.algorithms.off_policy import segments as off_policy_replay
+from clear.replay import buffer as replay
 
 T, B, N = 5, 4, 3
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from clear import plot
 from clear.continual import metrics as continual_metrics
 from clear.continual import schedule as continual
 from clear.continual import seed_stats
-from clear import plot
 
 TASKS = ['gym:CartPole-v1', 'gym:Acrobot-v1']
 SEQUENCE = ','.join(TASKS)

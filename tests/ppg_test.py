@@ -1,4 +1,5 @@
-"""Tests for clear.ppg: the losses, the value normaliser and PPGPolicy."""
+"""Tests for clear.algorithms.ppg.policy: the losses, the value normaliser and
+PPGPolicy."""
 
 import collections
 import glob
@@ -9,17 +10,17 @@ import pytest
 import tensorflow as tf
 import tree
 
-import envs
 from agents import testing
 from agents import torsos
 from clear import checkpoint as checkpoint_lib
-from clear import policy as policy_lib
-from clear import ppg
-from clear import ppg_losses
-from clear import ppg_networks
 from clear import run_loop
 from clear import types
+from clear.algorithms import policy as policy_lib
+from clear.algorithms.ppg import losses as ppg_losses
+from clear.algorithms.ppg import networks as ppg_networks
+from clear.algorithms.ppg import policy as ppg
 from clear.ops import value_estimators
+import envs
 
 
 # --- Slow numpy references ----------------------------------------------------

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import envs
-from clear import algorithms
-from clear import policy as policy_lib
 from clear import record
 from clear import types
+from clear.algorithms import policy as policy_lib
+from clear.algorithms import registry
+import envs
 
 
 def test_to_rgb_by_hand():
@@ -46,7 +46,7 @@ def test_to_rgb_by_hand():
 def test_a_recorded_episode_is_the_gif_of_what_the_agent_saw(tmp_path, name,
                                                              options):
   env = envs.make(name, num_envs=1, seed=2, **options)
-  policy = algorithms.make_policy('impala', env.spec,
+  policy = registry.make_policy('impala', env.spec,
                                   policy_lib.AgentConfig('auto', 16), seed=0)
   first = envs.make(name, num_envs=1, seed=2, **options)
   key = record.image_key(env.spec)

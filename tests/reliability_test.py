@@ -645,8 +645,10 @@ from pysc2.env import mock_sc2_env  # pylint: disable=g-import-not-at-top
 from pysc2.lib import protocol  # pylint: disable=g-import-not-at-top
 
 from clear import actor_pool  # pylint: disable=g-import-not-at-top
-from clear import learner as learner_lib  # pylint: disable=g-import-not-at-top
-from clear import policy as policy_lib  # pylint: disable=g-import-not-at-top
+# pylint: disable-next=g-import-not-at-top
+from clear.algorithms import policy as policy_lib
+# pylint: disable-next=g-import-not-at-top
+from clear.algorithms.impala import learner as learner_lib
 
 class CrashOnceMockEnvForTest(mock_sc2_env.SC2TestEnv):
   """pysc2's mock env; the first game in a process to reach step 3 dies."""

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import tree
 
+from clear import types
 from clear.replay import buffer as replay
 from clear.replay import frame_store
-from clear import types
 import envs
 from tests import frame_stacking
 

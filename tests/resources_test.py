@@ -4,12 +4,12 @@ import logging
 
 import pytest
 
-from clear import algorithms
-from clear import learner as learner_lib
-from clear import policy as policy_lib
-from clear.replay import buffer as replay
 from clear import resources
 from clear import run_loop
+from clear.algorithms import policy as policy_lib
+from clear.algorithms import registry
+from clear.algorithms.impala import learner as learner_lib
+from clear.replay import buffer as replay
 
 GB = 10**9
 
@@ -77,7 +77,7 @@ def default_replay_need(env_name, core_size, num_envs=1):
   spec = run_loop.env_spec(run_loop.RunConfig(
       env_name, {}, 'impala', policy_lib.AgentConfig('auto', core_size),
       learner_lib.LearnerConfig(), '/nonexistent'))
-  policy = algorithms.make_policy('impala', spec,
+  policy = registry.make_policy('impala', spec,
                                   policy_lib.AgentConfig('auto', core_size))
   item = run_loop.split_unrolls(policy_lib.example_batch(policy, 20,
                                                          num_envs))[0]

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from clear import algorithms
 from clear import checkpoint as checkpoint_lib
-from clear import learner as learner_lib
 from clear import plot
-from clear import policy as policy_lib
 from clear import run_loop
 from clear import snapshot
+from clear.algorithms import policy as policy_lib
+from clear.algorithms import registry
+from clear.algorithms.impala import learner as learner_lib
 
 
 def make_config(logdir, **kwargs):
@@ -79,7 +79,7 @@ def test_resume_restores_weights_and_optimizer_slots(tmp_path, optimizer):
   assert run.frames == saved['num_env_frames/.ATTRIBUTES/VARIABLE_VALUE']
   assert learner.num_steps.numpy() == 2
   # Weights: the restored agent differs from a fresh one of the same seed.
-  fresh = algorithms.make_policy('impala', run.policy.spec,
+  fresh = registry.make_policy('impala', run.policy.spec,
                                  config.agent_config, seed=config.seed)
   assert any(np.any(a != b) for a, b in zip(fresh.get_weights(),
                                              run.policy.get_weights()))
@@ -167,7 +167,7 @@ def test_init_from_loads_only_the_part_asked_for(tmp_path):
                            init_from=str(tmp_path / 'pretrain'),
                            init_scope='critic')
   agent = run_loop._Run(main).policy.agent
-  fresh = algorithms.make_policy('impala', run_loop.env_spec(main),
+  fresh = registry.make_policy('impala', run_loop.env_spec(main),
                                  main.agent_config, seed=2).agent
   for target, expected in zip(agent.critic_variables,
                               source.critic_variables):

@@ -1,5 +1,5 @@
-"""Tests of clear.sac and clear.sac_losses: the maths against numpy, dead
-gradients, the policy."""
+"""Tests of clear.algorithms.sac.policy and clear.algorithms.sac.losses: the
+maths against numpy, dead gradients, the policy."""
 
 import collections
 import math
@@ -10,10 +10,10 @@ import tensorflow as tf
 import tree
 
 from agents import testing
-from clear import policy as policy_lib
-from clear import sac
-from clear import sac_losses
 from clear import types
+from clear.algorithms import policy as policy_lib
+from clear.algorithms.sac import losses as sac_losses
+from clear.algorithms.sac import policy as sac
 
 T, B, N, A = 4, 3, 2, 5
 

@@ -269,7 +269,8 @@ def test_dynamic_multipliers_discount_per_frame_by_default():
 
 
 def test_port_flags_override_only_what_is_set():
-  from clear import sac  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from clear.algorithms.sac import policy as sac
   with flagsaver.flagsaver():
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--algorithm=sac', '--env=gym:Pendulum-v1',

@@ -259,9 +259,9 @@ class Evaluator:
   Args:
     env_name: the sequence name (or a single task's name).
     env_options: options for `envs.make` (as for training).
-    policy: an acting `clear.policy.Policy` for the sequence's spec (e.g.
-      `algorithms.make_policy(algorithm, spec, agent_config, seed=...)`), used
-      only by the evaluator.
+    policy: an acting `clear.algorithms.policy.Policy` for the sequence's spec
+      (e.g. `registry.make_policy(algorithm, spec, agent_config,
+      seed=...)`), used only by the evaluator.
     num_episodes: episodes (and envs) per task.
     seed: seed of the first env of each task (envs seed, seed + 1, ...).
     max_steps: agent steps per env and evaluation after which unfinished

@@ -27,9 +27,9 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from clear import plot
 from clear.continual import metrics as continual_metrics
 from clear.continual import schedule as continual
-from clear import plot
 import envs
 from envs import minatar
 

@@ -31,11 +31,11 @@ import tensorflow as tf
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
 # pylint: disable=g-import-not-at-top,wrong-import-position
-import envs
 from agents import initializers
 from agents import torsos
-from clear import learner as learner_lib
 from clear import types
+from clear.algorithms.impala import learner as learner_lib
+import envs
 
 flags.DEFINE_enum('core', 'lstm', ['none', 'lstm', 'lstm_skip'],
                   'What sits between the torso and the value head '

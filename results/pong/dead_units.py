@@ -23,8 +23,8 @@ import numpy as np
 import tensorflow as tf
 
 import agents
+from clear.algorithms import policy as policy_lib
 import envs
-from clear import policy as policy_lib
 import run_files  # results/pong/run_files.py, beside this script.
 
 flags.DEFINE_string('logdir', None, 'A Pong run (run.json, checkpoints/).')

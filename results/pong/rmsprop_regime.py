@@ -24,7 +24,7 @@ from absl import flags
 import numpy as np
 import tensorflow as tf
 
-from clear import learner as learner_lib
+from clear.algorithms.impala import learner as learner_lib
 import run_files  # results/pong/run_files.py, beside this script.
 
 flags.DEFINE_string('logdir', None, 'The run (its checkpoints/ folder).')

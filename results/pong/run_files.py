@@ -5,7 +5,7 @@ import json
 import tensorflow as tf
 
 from clear import checkpoint as checkpoint_lib
-from clear import policy as policy_lib
+from clear.algorithms import policy as policy_lib
 
 SUFFIX = '/.ATTRIBUTES/VARIABLE_VALUE'
 

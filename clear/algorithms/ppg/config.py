@@ -1,5 +1,5 @@
 """PPG's config (`PPGConfig`), its checks, and why its defaults are what
-they are (see `clear.ppg` for the algorithm).
+they are (see `clear.algorithms.ppg.policy` for the algorithm).
 
 `PPGConfig` fields and defaults:
   batch_size=8, num_replay=0, unroll_length=64,
@@ -64,7 +64,7 @@ class PPGConfig(NamedTuple):
     total_environment_frames: when the run stops (and over which the
       learning rate decays when `decay_learning_rate`).
     fixed_step_mul, step_mul: the environment's step multiplier, for the
-      frame count (see `clear.learner.frames_in_batch`).
+      frame count (see `clear.algorithms.impala.learner.frames_in_batch`).
     discounting: gamma.
     reward_clipping: a `clear.ops.losses.clip_rewards` mode.
     reward_scaling: rewards are multiplied by this before clipping.

@@ -6,7 +6,7 @@ the learner side `learn` (and `learn_critic` where the algorithm pretrains a
 critic). All inputs and outputs are numpy nests in the `clear.types`
 structures, batched `[B, ...]` for acting and `[T + 1, B, ...]` for learning.
 
-`clear.algorithms.make_policy(algorithm, ...)` builds a policy by name.
+`clear.algorithms.registry.make_policy(algorithm, ...)` builds a policy by name.
 """
 
 import abc
@@ -20,10 +20,10 @@ import tree
 
 import agents
 from clear import checkpoint as checkpoint_lib
-from clear.continual import ewc
-from clear import learner as learner_lib
-from clear.replay import buffer as replay_lib
 from clear import types
+from clear.algorithms.impala import learner as learner_lib
+from clear.continual import ewc
+from clear.replay import buffer as replay_lib
 
 
 INIT_SCOPES = ('all', 'critic', 'policy')

@@ -6,9 +6,9 @@ continuous action entries.
 A deterministic actor mu(s) (tanh, scaled to the action bounds), critics
 Q_i(s, a) on [observation; action scaled to [-1, 1]], a target actor and
 target critics moved by soft updates, Gaussian exploration noise clipped to
-the bounds. It shares SAC's machinery (`clear.off_policy` and the modules
-it names: config fields, critic ensemble, target updates, replayed
-segments, Q targets from `clear.ops.value_estimators`, episode-end handling,
+the bounds. It shares SAC's machinery (`clear.algorithms.off_policy.policy`
+and the modules it names: config fields, critic ensemble, target updates,
+replayed segments, Q targets from `clear.ops.value_estimators`, episode-end handling,
 prioritized replay). With `num_critics` = 2, `target_noise` > 0 and
 `actor_update_period` = 2 it becomes TD3 (Fujimoto et al. 2018).
 
@@ -18,10 +18,10 @@ td_error), as TorchRL loss modules do; the learner logs them and turns the
 TD errors into replay priorities.
 
 Config (`DDPGConfig`): the fields DDPG shares with SAC (`DDPGConfig`'s
-docstring and `clear.off_policy_config` describe them; DDPG's num_critics
-defaults to 1) and DDPG's own, below (defaults in brackets). The defaults
-are the ones checked on gym:Pendulum-v1 with 64-unit MLPs (learning rates
-1e-3 and noise 0.1 as in the usual DDPG/TD3 settings; batches of 128
+docstring and `clear.algorithms.off_policy.config` describe them; DDPG's
+num_critics defaults to 1) and DDPG's own, below (defaults in brackets). The
+defaults are the ones checked on gym:Pendulum-v1 with 64-unit MLPs (learning
+rates 1e-3 and noise 0.1 as in the usual DDPG/TD3 settings; batches of 128
 instead of 256):
   exploration_noise [0.1]: std of the Gaussian acting noise, as a fraction
     of the half range of each action entry (shipped to actors with the
@@ -40,12 +40,12 @@ import sonnet as snt
 import tensorflow as tf
 
 from agents import initializers
-from clear import learner as learner_lib
-from clear import off_policy
-from clear import off_policy_config
-from clear import off_policy_losses
-from clear import off_policy_networks as networks
 from clear import types
+from clear.algorithms.impala import learner as learner_lib
+from clear.algorithms.off_policy import config as off_policy_config
+from clear.algorithms.off_policy import losses as off_policy_losses
+from clear.algorithms.off_policy import networks
+from clear.algorithms.off_policy import policy as off_policy
 
 _Field = off_policy_config.Field
 DDPGConfig = off_policy_config.config_class(

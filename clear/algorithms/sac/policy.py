@@ -2,9 +2,9 @@
 
 T is time, B is batch, N is the number of critics, A the number of discrete
 actions, C the number of continuous action entries. The maths (losses,
-tanh-squashed Gaussian, target entropies) is in `clear.sac_losses`; the
-machinery SAC shares with DDPG in `clear.off_policy` and the modules it
-names.
+tanh-squashed Gaussian, target entropies) is in `clear.algorithms.sac.losses`;
+the machinery SAC shares with DDPG in `clear.algorithms.off_policy.policy` and
+the modules it names.
 
 Action types (as in ALF's SAC):
 - continuous: a tanh-squashed Gaussian actor, reparameterised samples, and
@@ -27,8 +27,8 @@ Learning (every update, on K replayed segments of L transitions):
   reward, times the discount, so that multi-step estimators (td1,
   td_lambda) collect it at every step. Terminations zero the discount (and
   with it the bonus); truncated transitions are masked out (see
-  `clear.off_policy_replay`). The estimator is `value_estimator` from
-  `clear.ops.value_estimators`;
+  `clear.algorithms.off_policy.segments`). The estimator is `value_estimator`
+  from `clear.ops.value_estimators`;
 - actor: alpha_c reg - min_i Q_i(s, a~pi) (mixed: the Q expected under the
   discrete policy, probabilities held fixed);
 - temperatures: log_alpha (-reg - target_entropy), reg held fixed, alpha
@@ -42,16 +42,16 @@ Learning (every update, on K replayed segments of L transitions):
 Where this differs from ALF's SAC: a transition whose episode was truncated
 is left out of the critic loss (ALF keeps its discount and bootstraps from
 the episode's last observation, which clear's auto-resetting environments
-do not keep; see `clear.off_policy_replay`); the discrete part's entropy is
-an exact sum over the actions instead of the log-probability of one sampled
-action; the actor and temperature losses use the transitions' start
+do not keep; see `clear.algorithms.off_policy.segments`); the discrete part's
+entropy is an exact sum over the actions instead of the log-probability of one
+sampled action; the actor and temperature losses use the transitions' start
 states.
 
 Config (`SACConfig`): the fields SAC shares with DDPG (`SACConfig`'s
-docstring and `clear.off_policy_config` describe them; SAC's num_critics
-defaults to 2) and SAC's own, below (defaults in brackets). The defaults
-are the ones checked on gym:Pendulum-v1 and gym:CartPole-v1 with 64-unit
-MLPs (see the report of the learning checks): against the usual SAC
+docstring and `clear.algorithms.off_policy.config` describe them; SAC's
+num_critics defaults to 2) and SAC's own, below (defaults in brackets). The
+defaults are the ones checked on gym:Pendulum-v1 and gym:CartPole-v1 with
+64-unit MLPs (see the report of the learning checks): against the usual SAC
 settings (Haarnoja et al.: learning rates 3e-4, batches of 256) they use
 learning rates of 1e-3 and batches of 128, which learn these small tasks in
 fewer updates; ALF's log alpha starts at 0 as here. With sample_length
@@ -82,13 +82,13 @@ import tensorflow as tf
 
 from agents import heads
 from agents import initializers
-from clear import learner as learner_lib
-from clear import off_policy
-from clear import off_policy_config
-from clear import off_policy_losses
-from clear import off_policy_networks as networks
-from clear import sac_losses
 from clear import types
+from clear.algorithms.impala import learner as learner_lib
+from clear.algorithms.off_policy import config as off_policy_config
+from clear.algorithms.off_policy import losses as off_policy_losses
+from clear.algorithms.off_policy import networks
+from clear.algorithms.off_policy import policy as off_policy
+from clear.algorithms.sac import losses as sac_losses
 
 PRIORS = ('', 'uniform', 'same_action')
 # 'same_action' prior: weight of its uniform part, std of its Gaussian part

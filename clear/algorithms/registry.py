@@ -1,27 +1,27 @@
 """The algorithms `--algorithm` names: each a policy class and its config.
 
 Every algorithm trains through the same runtime (actors, run loop,
-checkpoints, summaries): its policy implements `clear.policy.Policy`, and
-its config is a NamedTuple holding at least the fields the run loop reads
+checkpoints, summaries): its policy implements `clear.algorithms.policy.Policy`,
+and its config is a NamedTuple holding at least the fields the run loop reads
 (`batch_size`, `num_replay`, `unroll_length`, `total_environment_frames`,
 `fixed_step_mul`, `step_mul`).
 """
 
 from typing import Callable, NamedTuple, Optional
 
-from clear import ddpg
-from clear import learner as learner_lib
-from clear import policy as policy_lib
-from clear import ppg
-from clear import sac
 from clear import types
+from clear.algorithms import policy as policy_lib
+from clear.algorithms.ddpg import policy as ddpg
+from clear.algorithms.impala import learner as learner_lib
+from clear.algorithms.ppg import policy as ppg
+from clear.algorithms.sac import policy as sac
 
 
 class Algorithm(NamedTuple):
   """A trainable algorithm.
 
   Attributes:
-    policy: its `clear.policy.Policy` subclass, built as
+    policy: its `clear.algorithms.policy.Policy` subclass, built as
       `policy(spec, agent_config, config_or_None, seed=seed)`.
     config: its config NamedTuple class (defaults are the algorithm's).
     validate: raises ValueError for an impossible config.

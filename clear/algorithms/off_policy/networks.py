@@ -23,8 +23,8 @@ import tensorflow as tf
 
 from agents import initializers
 from agents import torsos
-from clear import policy as policy_lib
 from clear import types
+from clear.algorithms import policy as policy_lib
 
 NETWORKS = ('auto', 'mlp')
 

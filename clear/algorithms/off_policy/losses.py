@@ -1,7 +1,7 @@
 """Q targets and critic losses of the off-policy learners (SAC, DDPG).
 
 T is time, B is batch, N is the number of critics. Pure functions over
-time-major `[T, B]` segments (see `clear.off_policy_replay` for how
+time-major `[T, B]` segments (see `clear.algorithms.off_policy.segments` for how
 episode ends enter them):
 
 - `q_targets` runs a `clear.ops.value_estimators` estimator over a segment;
@@ -16,8 +16,8 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from clear.algorithms.off_policy import config as off_policy_config
 from clear.ops import guards
-from clear import off_policy_config
 from clear.ops import value_estimators
 
 Q_ESTIMATORS = off_policy_config.Q_ESTIMATORS
@@ -43,7 +43,7 @@ def q_targets(rewards, discounts, truncated, values, bootstrap_value,
   transitions lost their next observation: they are masked out, and their
   target is set to V(x_t) (reward V(x_t), discount 0) so that multi-step
   targets of the transitions before them stop there (see
-  `clear.off_policy_replay`).
+  `clear.algorithms.off_policy.segments`).
 
   Args:
     rewards: float32 `[T, B]`, r_t, including any entropy bonus.

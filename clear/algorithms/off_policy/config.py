@@ -16,8 +16,8 @@ import collections
 import math
 from typing import Dict, NamedTuple, Optional, Sequence
 
-from clear import off_policy_networks
 from clear import types
+from clear.algorithms.off_policy import networks as off_policy_networks
 
 # Estimators that give Q-value targets from (rewards, discounts, values).
 # V-trace targets estimate V(x_t) and need behaviour log-probabilities, which

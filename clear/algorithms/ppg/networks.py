@@ -1,9 +1,9 @@
 """PPG's networks: the policy network (torso -> categorical heads, plus an
 auxiliary value head on the same torso), the value network (its own torso
--> value), and the running normaliser of value targets (see `clear.ppg`
-for how the phases train them).
+-> value), and the running normaliser of value targets (see
+`clear.algorithms.ppg.policy` for how the phases train them).
 
-`agent_config` (`clear.policy.AgentConfig`) meaning for PPG:
+`agent_config` (`clear.algorithms.policy.AgentConfig`) meaning for PPG:
   network: the torso of both networks, as in `agents.make_agent` ('auto',
     'mlp', 'impala_shallow', 'impala_deep', 'fullyconv', 'minatar').
   core_size: the hidden width: the MLP torso has two ReLU layers of this

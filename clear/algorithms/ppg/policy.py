@@ -1,9 +1,9 @@
 """Phasic Policy Gradient (Cobbe et al. 2020, arXiv 2009.04416) on clear.
 
 PPG trains two feed-forward networks with two optimizers. The losses are
-pure functions in `clear.ppg_losses`, the networks and the value
-normaliser are in `clear.ppg_networks`, the config and its defaults in
-`clear.ppg_config`; this module holds the two phases of training:
+pure functions in `clear.algorithms.ppg.losses`, the networks and the value
+normaliser are in `clear.algorithms.ppg.networks`, the config and its defaults
+in `clear.algorithms.ppg.config`; this module holds the two phases of training:
 
 - the policy network: torso -> categorical heads, plus an auxiliary value
   head that shares the torso;
@@ -58,17 +58,17 @@ import tensorflow as tf
 import tree
 
 from agents import heads as heads_lib
-from clear.ops import guards
-from clear import learner as learner_lib
-from clear.ops import losses
-from clear import policy as policy_lib
-from clear import ppg_config
-from clear import ppg_losses
-from clear import ppg_networks
 from clear import types
+from clear.algorithms import policy as policy_lib
+from clear.algorithms.impala import learner as learner_lib
+from clear.algorithms.ppg import config as ppg_config
+from clear.algorithms.ppg import losses as ppg_losses
+from clear.algorithms.ppg import networks as ppg_networks
+from clear.ops import guards
+from clear.ops import losses
 from clear.ops import value_estimators
 
-# The algorithm's config and its check, where `clear.algorithms` (and
+# The algorithm's config and its check, where `clear.algorithms.registry` (and
 # users) find them.
 PPGConfig = ppg_config.PPGConfig
 validate_config = ppg_config.validate_config
@@ -116,7 +116,8 @@ def _applied(optimizer, grads, variables):
 
 
 class PPGPolicy(policy_lib.Policy):
-  """PPG behind the `clear.policy.Policy` interface (see module docstring).
+  """PPG behind the `clear.algorithms.policy.Policy` interface (see module
+  docstring).
 
   Acting is stateless: `initial_state` is an empty dict. `num_updates`
   counts policy iterations (`learn` calls that applied at least one
@@ -125,7 +126,7 @@ class PPGPolicy(policy_lib.Policy):
 
   Args:
     spec: the environment spec; every action head must be a DiscreteSpec.
-    agent_config: `clear.policy.AgentConfig` (see module docstring).
+    agent_config: `clear.algorithms.policy.AgentConfig` (see module docstring).
     learner_config: `PPGConfig`, or None for an acting-only copy.
     seed: seeds the weights, action sampling and minibatch shuffling.
 

@@ -26,10 +26,10 @@ import sonnet as snt
 import tensorflow as tf
 import tree
 
+from clear import types
 from clear.continual import ewc
 from clear.continual import methods as continual_methods
 from clear.ops import losses
-from clear import types
 
 OPTIMIZERS = ('adam', 'rmsprop')
 DISCOUNT_PER = ('step', 'frame')

@@ -1,7 +1,8 @@
 """PPG's losses (Cobbe et al. 2020, arXiv 2009.04416): pure functions.
 
-`clear.ppg` holds the networks and the two-phase training that calls them;
-this module holds only the maths, as `clear.ops.losses` does for IMPALA-CLEAR.
+`clear.algorithms.ppg.policy` holds the networks and the two-phase training that
+calls them; this module holds only the maths, as `clear.ops.losses` does for
+IMPALA-CLEAR.
 
 Conventions: B is any flat batch of samples (a minibatch of flattened
 `[T * B]` steps), A_i the number of choices of action head i. The policy of

@@ -11,14 +11,15 @@ observation t to observation t + 1 with the action `agent_outputs.action[t +
 1]`, and the reward, `done` and `truncated` of `env_outputs[t + 1]`. After a
 `done` the environment has already reset, so observation t + 1 belongs to
 the next episode and is never bootstrapped from:
-- termination: the discount is 0 (`clear.learner.transition_discounts`);
+- termination: the discount is 0
+  (`clear.algorithms.impala.learner.transition_discounts`);
 - truncation (time limit): the last observation of the episode is lost, so
   the transition cannot be learnt from. It is masked out of the critic loss
   (weight 0), and for the estimator its target is replaced by the target
   value of its own start state, V(x_t) (reward V(x_t), discount 0), so
   multi-step targets of earlier transitions stop there with a one-step
   bootstrap from V(x_t) instead of running into the next episode (see
-  `clear.off_policy_losses.q_targets`).
+  `clear.algorithms.off_policy.losses.q_targets`).
 """
 
 from typing import NamedTuple
@@ -27,9 +28,9 @@ import numpy as np
 import tensorflow as tf
 import tree
 
-from clear import learner as learner_lib
-from clear.replay import buffer as replay_lib
 from clear import types
+from clear.algorithms.impala import learner as learner_lib
+from clear.replay import buffer as replay_lib
 
 
 class Segments(NamedTuple):

@@ -1,7 +1,7 @@
 """SAC's maths (Haarnoja et al. 2018, 1812.05905): pure functions.
 
-`clear.sac` holds the config, the networks and the learner that call
-them; this module holds the tanh-squashed Gaussian, the soft policy of
+`clear.algorithms.sac.policy` holds the config, the networks and the learner
+that call them; this module holds the tanh-squashed Gaussian, the soft policy of
 discrete actions, the critic, actor and temperature losses, and the target
 entropies of the temperatures.
 
@@ -16,9 +16,9 @@ import numpy as np
 import tensorflow as tf
 
 from agents import heads
-from clear import off_policy_losses
-from clear import off_policy_networks
 from clear import types
+from clear.algorithms.off_policy import losses as off_policy_losses
+from clear.algorithms.off_policy import networks as off_policy_networks
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 DISCRETE_ENTROPY_RATIO = 0.3
@@ -305,8 +305,8 @@ def default_target_entropy(head) -> float:
 def target_entropies(config, action_spec):
   """{'discrete': float, 'continuous': float} for the parts that exist.
 
-  From a `clear.sac.SACConfig`'s target_entropy, prior_actor and
-  target_kld_per_dim (see the fields in `clear.sac`).
+  From a `clear.algorithms.sac.policy.SACConfig`'s target_entropy, prior_actor
+  and target_kld_per_dim (see the fields in `clear.algorithms.sac.policy`).
 
   Raises:
     ValueError: a pair for non-mixed actions, or a malformed value.

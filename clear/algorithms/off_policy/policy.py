@@ -1,18 +1,19 @@
 """The runtime side the off-policy learners (SAC, DDPG) share.
 
-`OffPolicyPolicy` is the `clear.policy.Policy` both algorithms build on:
-inserting fresh unrolls into the policy's own replay, learning_starts,
+`OffPolicyPolicy` is the `clear.algorithms.policy.Policy` both algorithms build
+on: inserting fresh unrolls into the policy's own replay, learning_starts,
 updates per step, many gradient updates per `tf.function` call, skipped
 non-finite updates, counters, summaries, checkpointables and acting
 weights. The rest of their shared machinery sits beside it:
 
-- `clear.off_policy_config`: the config fields they share and their checks;
-- `clear.off_policy_networks`: observations, MLPs, the critic ensemble,
-  the action layout and target networks;
-- `clear.off_policy_replay`: replayed segments and the transitions (and
-  episode ends) they hold;
-- `clear.off_policy_losses`: Q targets, the critic-ensemble loss and replay
-  priorities.
+- `clear.algorithms.off_policy.config`: the config fields they share and their
+  checks;
+- `clear.algorithms.off_policy.networks`: observations, MLPs, the critic
+  ensemble, the action layout and target networks;
+- `clear.algorithms.off_policy.segments`: replayed segments and the transitions
+  (and episode ends) they hold;
+- `clear.algorithms.off_policy.losses`: Q targets, the critic-ensemble loss and
+  replay priorities.
 """
 
 import abc
@@ -24,13 +25,13 @@ import sonnet as snt
 import tensorflow as tf
 import tree
 
-from clear import learner as learner_lib
-from clear import off_policy_networks as networks
-from clear import off_policy_replay
-from clear.ops import guards
-from clear import policy as policy_lib
-from clear.replay import buffer as replay_lib
 from clear import types
+from clear.algorithms import policy as policy_lib
+from clear.algorithms.impala import learner as learner_lib
+from clear.algorithms.off_policy import networks
+from clear.algorithms.off_policy import segments as off_policy_replay
+from clear.ops import guards
+from clear.replay import buffer as replay_lib
 
 # Bytes of sampled segments sent to one tf.function call at most; more
 # updates than fit are split over several calls (priorities are refreshed
