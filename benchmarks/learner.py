@@ -23,10 +23,10 @@ import tensorflow as tf
 import tree
 
 import agents
-from clear import devices as devices_lib
 from clear import types
 from clear.algorithms.impala import learner as learner_lib
 from clear.ops import vtrace
+from clear.runtime import devices as devices_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_bool('quick', False, 'Few repetitions, for a smoke run.')

@@ -31,9 +31,9 @@ from absl.testing import flagsaver
 import numpy as np
 import tree
 
-from clear import actor_pool
 from clear import train
 from clear.algorithms import registry
+from clear.runtime import actor_pool
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('bench_env', 'atari:Pong', 'Env of the actors.')

@@ -43,7 +43,7 @@ the start of long runs (or references) can be compared with short ones; the
 summaries still cover everything.
 
 Event files are read from the local logdir and its subfolders without
-TensorFlow (`clear.events`).
+TensorFlow (`clear.analysis.events`).
 Needs matplotlib: `pip install "clear-rl[plot]"`.
 """
 
@@ -57,13 +57,14 @@ from absl import app
 from absl import flags
 import numpy as np
 
-from clear import events
-from clear import run_lock
+from clear.analysis import events
 from clear.continual import metrics as metrics_lib
 from clear.continual import schedule as continual
 from clear.continual import seed_stats
+from clear.runtime import run_lock
 
-# Event reading lives in clear.events; these names stay clear.plot's too.
+# Event reading lives in clear.analysis.events; these names stay clear.plot's
+# too.
 Series = events.Series
 event_files = events.event_files
 read_scalars = events.read_scalars
@@ -666,7 +667,7 @@ def _frame_counts(texts: Sequence[str], flag: str = '--at_frames'
 
 def say_if_live(logdirs: Sequence[str]) -> List[str]:
   """Notes (printed to stderr, and returned) for the logdirs a live training
-  run holds (`clear.run_lock`): they are read as they are now."""
+  run holds (`clear.runtime.run_lock`): they are read as they are now."""
   notes = []
   for logdir in logdirs:
     holder = run_lock.live_holder(logdir)

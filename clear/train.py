@@ -5,13 +5,13 @@ r"""Train or test an IMPALA-CLEAR agent from the command line.
   python -m clear.train --mode=test --logdir=runs/pong --test_num_episodes=30
 
 Running the same command again resumes from the latest checkpoint in
---logdir; a logdir holds one live training run at a time (clear.run_lock),
-and a refused command leaves it as it found it. Test mode (and --init_from)
-take the env, algorithm and network from the run's run.json. Ctrl-C or
-SIGTERM stops the actors, writes a final checkpoint and exits with status 0
-(130 / 143 when interrupted before the end); a second one while that
-checkpoint is written only says so, a third stops at once and says what was
-not saved. Bad flags or files exit with status 2 and one message.
+--logdir; a logdir holds one live training run at a time
+(clear.runtime.run_lock), and a refused command leaves it as it found it. Test
+mode (and --init_from) take the env, algorithm and network from the run's
+run.json. Ctrl-C or SIGTERM stops the actors, writes a final checkpoint and
+exits with status 0 (130 / 143 when interrupted before the end); a second one
+while that checkpoint is written only says so, a third stops at once and says
+what was not saved. Bad flags or files exit with status 2 and one message.
 """
 
 import atexit
@@ -55,21 +55,21 @@ from absl import logging
 
 import agents as agents_lib
 from clear import checkpoint as checkpoint_lib
-from clear import flag_help
-from clear import progress
-from clear import record as record_lib
-from clear import run_lock
-from clear import run_loop
 from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
 from clear.algorithms.impala import learner as learner_lib
+from clear.cli import flag_help
 from clear.continual import methods as continual_methods
 from clear.replay import buffer as replay_lib
+from clear.runtime import progress
+from clear.runtime import record as record_lib
+from clear.runtime import run_lock
+from clear.runtime import run_loop
 
 FLAGS = flags.FLAGS
 PROGRAM = 'python -m clear.train'
 # `--help` and `--helpfull` list the flags under these headings (see
-# clear.flag_help); each flag belongs to the heading above its definition.
+# clear.cli.flag_help); each flag belongs to the heading above its definition.
 FLAG_GROUPS = flag_help.FlagGroups(FLAGS)
 
 FLAG_GROUPS.heading('What to run')

@@ -26,7 +26,7 @@ from tensorboard.compat.proto import event_pb2
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.summary.writer import event_file_writer
 
-from clear import events
+from clear.analysis import events
 
 JSON_FILES = ('run.json', 'tasks.json', 'continual_metrics.json',
               'test_results.json')

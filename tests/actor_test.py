@@ -10,12 +10,12 @@ import psutil
 import pytest
 import tree
 
-from clear import actor as actor_lib
-from clear import actor_pool
 from clear import types
 from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
 from clear.algorithms.impala import learner as learner_lib
+from clear.runtime import actor as actor_lib
+from clear.runtime import actor_pool
 import envs
 
 

@@ -31,8 +31,8 @@ import tensorflow as tf
 from absl import flags
 from absl.testing import flagsaver
 
-from clear import run_loop
 from clear import train
+from clear.runtime import run_loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, 'tests', 'testdata', 'logdirs_v1')

@@ -8,12 +8,12 @@ import time
 import pytest
 import tensorflow as tf
 
-from clear import actor_pool
-from clear import devices
-from clear import run_loop
 from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
 from clear.algorithms.impala import learner as learner_lib
+from clear.runtime import actor_pool
+from clear.runtime import devices
+from clear.runtime import run_loop
 import envs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,7 +54,7 @@ def test_local_actor_processes_start_without_gpus(monkeypatch):
 
 def test_hide_accelerators_in_a_fresh_process():
   # A process told it has GPU 0 ends up with none visible to TensorFlow.
-  code = ('from clear import devices; devices.hide_accelerators(); '
+  code = ('from clear.runtime import devices; devices.hide_accelerators(); '
           'import os, tensorflow as tf; '
           'print(repr(os.environ["CUDA_VISIBLE_DEVICES"]), '
           'tf.config.get_visible_devices("GPU"), '

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from clear import plot
-from clear import run_loop
 from clear import snapshot
 from clear import types
 from clear.algorithms import policy as policy_lib
 from clear.algorithms.impala import learner as learner_lib
+from clear.runtime import run_loop
 import envs
 from envs import minatar as minatar_env
 

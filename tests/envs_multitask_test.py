@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 import agents
-from clear import actor as actor_lib
 from clear import types
 from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
+from clear.runtime import actor as actor_lib
 import envs
 from envs import multitask
 from envs import single

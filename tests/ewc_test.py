@@ -11,12 +11,12 @@ from absl import flags
 from absl.testing import flagsaver
 
 from clear import checkpoint as checkpoint_lib
-from clear import run_loop
 from clear import train
 from clear import types
 from clear.algorithms import policy as policy_lib
 from clear.algorithms.impala import learner as learner_lib
 from clear.continual import ewc
+from clear.runtime import run_loop
 
 CARTPOLE_SPEC = types.EnvSpec(
     observation_spec={'vector': types.ArraySpec((4,), np.float32)},

@@ -1,9 +1,9 @@
-"""Tests of clear.flag_help: grouped help and one-message flag errors."""
+"""Tests of clear.cli.flag_help: grouped help and one-message flag errors."""
 
 import pytest
 from absl import flags
 
-from clear import flag_help
+from clear.cli import flag_help
 
 
 def grouped_flags():

@@ -13,13 +13,13 @@ import tree
 from agents import testing
 from agents import torsos
 from clear import checkpoint as checkpoint_lib
-from clear import run_loop
 from clear import types
 from clear.algorithms import policy as policy_lib
 from clear.algorithms.ppg import losses as ppg_losses
 from clear.algorithms.ppg import networks as ppg_networks
 from clear.algorithms.ppg import policy as ppg
 from clear.ops import value_estimators
+from clear.runtime import run_loop
 import envs
 
 

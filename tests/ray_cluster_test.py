@@ -22,10 +22,10 @@ from absl.testing import flagsaver
 import pytest
 import tensorflow as tf
 
-from clear import actor_pool
-from clear import devices
-from clear import run_loop
 from clear import train
+from clear.runtime import actor_pool
+from clear.runtime import devices
+from clear.runtime import run_loop
 
 ray = pytest.importorskip('ray')
 from ray import cluster_utils  # pylint: disable=g-import-not-at-top

@@ -1,4 +1,5 @@
-"""Tests of clear.record: pictures of observations and GIFs of episodes."""
+"""Tests of clear.runtime.record: pictures of observations and GIFs of
+episodes."""
 
 import collections
 import os
@@ -7,10 +8,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from clear import record
 from clear import types
 from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
+from clear.runtime import record
 import envs
 
 

@@ -24,9 +24,9 @@ from absl.testing import flagsaver
 
 from clear import checkpoint as checkpoint_lib
 from clear import plot
-from clear import run_lock
-from clear import run_loop
 from clear import train
+from clear.runtime import run_lock
+from clear.runtime import run_loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -644,7 +644,7 @@ from envs import pysc2_compat  # pylint: disable=g-bad-import-order,unused-impor
 from pysc2.env import mock_sc2_env  # pylint: disable=g-import-not-at-top
 from pysc2.lib import protocol  # pylint: disable=g-import-not-at-top
 
-from clear import actor_pool  # pylint: disable=g-import-not-at-top
+from clear.runtime import actor_pool  # pylint: disable=g-import-not-at-top
 # pylint: disable-next=g-import-not-at-top
 from clear.algorithms import policy as policy_lib
 # pylint: disable-next=g-import-not-at-top

@@ -1,15 +1,16 @@
-"""Tests of clear.resources: a replay the machine cannot hold is refused."""
+"""Tests of clear.runtime.resources: a replay the machine cannot hold is
+refused."""
 
 import logging
 
 import pytest
 
-from clear import resources
-from clear import run_loop
 from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
 from clear.algorithms.impala import learner as learner_lib
 from clear.replay import buffer as replay
+from clear.runtime import resources
+from clear.runtime import run_loop
 
 GB = 10**9
 

@@ -1,4 +1,5 @@
-"""Tests of clear.run_lock: one live run per logdir, nothing left behind."""
+"""Tests of clear.runtime.run_lock: one live run per logdir, nothing left
+behind."""
 
 import fcntl
 import json
@@ -12,7 +13,7 @@ import time
 
 import pytest
 
-from clear import run_lock
+from clear.runtime import run_lock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -69,7 +70,7 @@ def test_a_killed_holder_leaves_no_lock(tmp_path):
   # A real process takes the lock and is killed with SIGKILL.
   holder = subprocess.Popen(
       [sys.executable, '-c',
-       'import sys, time; from clear import run_lock; '
+       'import sys, time; from clear.runtime import run_lock; '
        'run_lock.RunLock.acquire(sys.argv[1]); print("held", flush=True); '
        'time.sleep(600)', logdir],
       cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),

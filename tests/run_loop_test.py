@@ -11,11 +11,11 @@ import tensorflow as tf
 
 from clear import checkpoint as checkpoint_lib
 from clear import plot
-from clear import run_loop
 from clear import snapshot
 from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
 from clear.algorithms.impala import learner as learner_lib
+from clear.runtime import run_loop
 
 
 def make_config(logdir, **kwargs):

@@ -13,8 +13,8 @@ from absl import flags
 from absl.testing import flagsaver
 
 from clear import plot
-from clear import run_loop
 from clear import train
+from clear.runtime import run_loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

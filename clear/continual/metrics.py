@@ -3,8 +3,8 @@ r"""Continual-learning metrics of a run's evaluations, and their baselines.
 Every metric that `continual_metrics.json` holds is defined here, in one
 place. `forgetting_metrics(history, schedule, reference, normalization)`
 computes them all from a run's `clear.continual.schedule.EvalHistory` and
-`TaskSchedule`; `clear.run_loop` writes them at the end of a sequence run
-and `clear.plot --metrics_out` for many runs from their event files.
+`TaskSchedule`; `clear.runtime.run_loop` writes them at the end of a sequence
+run and `clear.plot --metrics_out` for many runs from their event files.
 
 Notation
 --------

@@ -249,7 +249,7 @@ class Evaluator:
   """Plays `num_episodes` episodes of every task of a sequence.
 
   One batched env of `num_episodes` envs per distinct task (built once,
-  kept), each stepped by a `clear.actor.Actor` sharing `policy`. Every
+  kept), each stepped by a `clear.runtime.actor.Actor` sharing `policy`. Every
   evaluation starts fresh episodes (`Actor.reset`) and takes the first
   episode of each env. The envs continue their seeded random streams
   (Atari no-op starts, gym initial states) from one evaluation to the next
@@ -274,7 +274,7 @@ class Evaluator:
   def __init__(self, env_name: str, env_options: dict, policy,
                num_episodes: int = 10, seed: int = 0,
                max_steps: int = 27_000, unroll_length: int = 100):
-    from clear import actor as actor_lib  # pylint: disable=g-import-not-at-top
+    from clear.runtime import actor as actor_lib  # pylint: disable=g-import-not-at-top
     self._num_episodes = _positive_int('Evaluator: num_episodes',
                                        num_episodes)
     self._max_steps = _positive_int('Evaluator: max_steps', max_steps)

@@ -20,9 +20,9 @@ import numpy as np
 import tensorflow as tf
 
 from agents import heads
-from clear import run_loop
 from clear.algorithms import policy as policy_lib
 from clear.continual import schedule as continual
+from clear.runtime import run_loop
 import envs
 import run_files  # results/pong/run_files.py, beside this script.
 

@@ -31,11 +31,11 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from clear import actor as actor_lib
-from clear import devices
 from clear import snapshot
 from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
+from clear.runtime import actor as actor_lib
+from clear.runtime import devices
 
 BACKENDS = ('local', 'inline', 'ray')
 

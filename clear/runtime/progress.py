@@ -6,7 +6,7 @@ from typing import Iterable
 
 import numpy as np
 
-from clear import actor as actor_lib
+from clear.runtime import actor as actor_lib
 
 
 class EpisodeStats:

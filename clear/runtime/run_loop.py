@@ -9,7 +9,7 @@ the right one:
 
 Everything the run writes lives under `logdir`: TensorBoard event files,
 `checkpoints/`, `run.json` and, in test mode, `test_results.json`; while it
-runs, `.run.lock` keeps a second run out (`clear.run_lock`).
+runs, `.run.lock` keeps a second run out (`clear.runtime.run_lock`).
 Checkpoint N (`checkpoints/ckpt-N`) has a folder `checkpoints/state-N` with
 the replay buffers, the unrolls not yet learned from, the episode
 statistics and, for inline actors, the actors themselves (env states, last
@@ -30,14 +30,7 @@ import numpy as np
 import tensorflow as tf
 import tree
 
-from clear import actor as actor_lib
-from clear import actor_pool as pool_lib
 from clear import checkpoint as checkpoint_lib
-from clear import devices
-from clear import progress
-from clear import record as record_lib
-from clear import resources
-from clear import run_lock
 from clear import snapshot
 from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
@@ -46,6 +39,13 @@ from clear.continual import methods as continual_methods
 from clear.continual import metrics as continual_metrics
 from clear.continual import schedule as continual
 from clear.replay import buffer as replay_lib
+from clear.runtime import actor as actor_lib
+from clear.runtime import actor_pool as pool_lib
+from clear.runtime import devices
+from clear.runtime import progress
+from clear.runtime import record as record_lib
+from clear.runtime import resources
+from clear.runtime import run_lock
 from envs import multitask
 
 PHASES = ('prefill', 'critic', 'main')
@@ -694,8 +694,8 @@ def train(config: RunConfig,
   and evaluates every task at each switch. The learner's variables and
   updates live on `config.learner_device`.
 
-  The run holds the logdir's lock (`clear.run_lock`) from start to end: a
-  second run on the logdir is refused. Nothing is written to the logdir
+  The run holds the logdir's lock (`clear.runtime.run_lock`) from start to end:
+  a second run on the logdir is refused. Nothing is written to the logdir
   until every check and restore has passed and the actors have started;
   then `on_start` is called (it may still refuse, by raising) and run.json
   is written. A run whose restored
@@ -914,7 +914,7 @@ def _restored_acting_policy(config: RunConfig):
 def record_episode(config: RunConfig, path: str) -> record_lib.Recording:
   """Plays one episode (seed `config.seed + 2`, the first task of a
   sequence) with the newest readable checkpoint and writes it to `path`, a
-  GIF or an MP4 of what the agent saw (`clear.record`)."""
+  GIF or an MP4 of what the agent saw (`clear.runtime.record`)."""
   import envs  # pylint: disable=g-import-not-at-top
   policy, _ = _restored_acting_policy(config)
   options = dict(config.env_options)
