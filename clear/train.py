@@ -57,7 +57,7 @@ import agents as agents_lib
 from clear import checkpoint as checkpoint_lib
 from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
-from clear.algorithms.impala import learner as learner_lib
+from clear.algorithms.impala import config as impala_config
 from clear.cli import flag_help
 from clear.continual import methods as continual_methods
 from clear.replay import buffer as replay_lib
@@ -184,7 +184,7 @@ flags.DEFINE_integer('learning_rate_warmup_frames', 0,
                      'Frames over which the learning rate ramps linearly '
                      'from 0 up to --learning_rate before its linear decay '
                      'to 0 at --total_environment_frames (0 = no ramp).')
-flags.DEFINE_enum('optimizer', None, list(learner_lib.OPTIMIZERS),
+flags.DEFINE_enum('optimizer', None, list(impala_config.OPTIMIZERS),
                   'Optimizer (default per env family: rmsprop, as IMPALA, '
                   'for Atari; adam otherwise; see FAMILY_DEFAULTS).')
 flags.DEFINE_float('rmsprop_epsilon', 1e-5,
@@ -211,7 +211,7 @@ flags.DEFINE_float('clip_grad_norm', 40.0,
 flags.DEFINE_float('discounting', 0.99,
                    'Discount factor per agent step (per default-multiplier '
                    'step with --discount_per=frame).')
-flags.DEFINE_enum('discount_per', None, list(learner_lib.DISCOUNT_PER),
+flags.DEFINE_enum('discount_per', None, list(impala_config.DISCOUNT_PER),
                   'step: every agent step is discounted by --discounting; '
                   'frame: a step of k frames by discounting^(k / the '
                   "family's default step multiplier), the semi-Markov "
@@ -259,7 +259,7 @@ flags.DEFINE_float('value_cloning_cost', 0.005,
                    'Weight of the CLEAR value-cloning loss.')
 
 FLAG_GROUPS.heading('Continual-learning methods (impala)')
-_LEARNER_DEFAULTS = learner_lib.LearnerConfig._field_defaults
+_LEARNER_DEFAULTS = impala_config.LearnerConfig._field_defaults
 flags.DEFINE_enum('continual_method', 'none',
                   list(continual_methods.CONTINUAL_METHODS),
                   'With a sequence --env: ewc keeps, for every task trained, '
@@ -740,7 +740,7 @@ def config_from_flags(f) -> run_loop.RunConfig:
   else:
     batch_size = family_default(f, 'batch_size')
     num_replay = replay_lib.replay_batch_size(batch_size, f.replay_proportion)
-    learner_config = learner_lib.LearnerConfig(
+    learner_config = impala_config.LearnerConfig(
         batch_size=batch_size, num_replay=num_replay,
         unroll_length=f.unroll_length,
         total_environment_frames=total_frames(f),

@@ -15,6 +15,7 @@ from clear import train
 from clear import types
 from clear.algorithms import policy as policy_lib
 from clear.algorithms.impala import learner as learner_lib
+from clear.algorithms.impala import policy as impala_policy
 from clear.continual import ewc
 from clear.runtime import run_loop
 
@@ -171,9 +172,9 @@ def make_policy(seed=0, **kwargs):
   config = learner_lib.LearnerConfig(**{
       'batch_size': 4, 'num_replay': 2, 'unroll_length': 5,
       'clip_grad_norm': 0.0, **kwargs})
-  return policy_lib.ImpalaPolicy(CARTPOLE_SPEC,
-                                 policy_lib.AgentConfig('mlp', 8), config,
-                                 seed=seed)
+  return impala_policy.ImpalaPolicy(CARTPOLE_SPEC,
+                                    policy_lib.AgentConfig('mlp', 8), config,
+                                    seed=seed)
 
 
 def test_learner_fisher_is_the_squared_gradient_of_pg_and_baseline_only():

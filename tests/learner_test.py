@@ -11,7 +11,9 @@ import tree
 
 from clear import types
 from clear.algorithms.impala import learner as learner_lib
+from clear.algorithms.impala import optimizers
 from clear.ops import losses
+from clear.ops import transitions
 
 OBS_DIM = 5
 NUM_ACTIONS = 3
@@ -444,7 +446,7 @@ def test_rmsprop_matches_a_numpy_loop(outside, reference):
     ([3872, 256], 0, 1.0),
 ])
 def test_fan_in_scale(shape, reference, scale):
-  assert learner_lib.fan_in_scale(shape, reference) == pytest.approx(scale)
+  assert optimizers.fan_in_scale(shape, reference) == pytest.approx(scale)
 
 
 def test_xla_step_matches_the_plain_step():
@@ -483,7 +485,7 @@ def test_transition_discounts_keep_gamma_on_truncation():
   done = np.array([[True, True, False]])
   truncated = np.array([[False, True, False]])
   np.testing.assert_allclose(
-      learner_lib.transition_discounts(done, truncated, 0.9), [[0., .9, .9]])
+      transitions.transition_discounts(done, truncated, 0.9), [[0., .9, .9]])
 
 
 def test_transition_discounts_per_frame_match_a_numpy_loop():
@@ -491,7 +493,7 @@ def test_transition_discounts_per_frame_match_a_numpy_loop():
   done = rng.rand(7, 5) < 0.3
   truncated = done & (rng.rand(7, 5) < 0.5)
   frames = rng.randint(1, 9, size=(7, 5))
-  got = learner_lib.transition_discounts(done, truncated, 0.99, frames,
+  got = transitions.transition_discounts(done, truncated, 0.99, frames,
                                          discounting_step_mul=4).numpy()
   gamma_frame = 0.99 ** (1 / 4)
   for t in range(7):
@@ -503,7 +505,7 @@ def test_transition_discounts_per_frame_match_a_numpy_loop():
         expected = 0.0
       np.testing.assert_allclose(got[t, b], expected, rtol=1e-6)
   # A step of the reference multiplier keeps the per-step discount.
-  np.testing.assert_allclose(learner_lib.transition_discounts(
+  np.testing.assert_allclose(transitions.transition_discounts(
       done[:1] & False, truncated[:1], 0.99, np.full((1, 5), 4), 4),
                              np.full((1, 5), 0.99), rtol=1e-6)
 

@@ -12,7 +12,8 @@ from typing import Callable, NamedTuple, Optional
 from clear import types
 from clear.algorithms import policy as policy_lib
 from clear.algorithms.ddpg import policy as ddpg
-from clear.algorithms.impala import learner as learner_lib
+from clear.algorithms.impala import config as impala_config
+from clear.algorithms.impala import policy as impala
 from clear.algorithms.ppg import policy as ppg
 from clear.algorithms.sac import policy as sac
 
@@ -34,8 +35,9 @@ class Algorithm(NamedTuple):
 
 
 ALGORITHMS = {
-    'impala': Algorithm(policy_lib.ImpalaPolicy, learner_lib.LearnerConfig,
-                        learner_lib.validate_config, 'IMPALA with CLEAR replay (V-trace, policy and '
+    'impala': Algorithm(impala.ImpalaPolicy, impala_config.LearnerConfig,
+                        impala_config.validate_config,
+                        'IMPALA with CLEAR replay (V-trace, policy and '
                         'value cloning)'),
     'ppg': Algorithm(ppg.PPGPolicy, ppg.PPGConfig, ppg.validate_config,
                      'Phasic Policy Gradient'),

@@ -9,7 +9,7 @@ resume with another method is refused; the penalty's weight, online EWC's decay
 and the number of Fisher batches are settings a resume may change (kept from
 run.json when their flags are left unset, like the batch size).
 
-Defaults (`learner.LearnerConfig`): 100 Fisher batches of `batch_size`
+Defaults (`impala.config.LearnerConfig`): 100 Fisher batches of `batch_size`
 unrolls and gamma 0.99, as CORA (Powers et al. 2022) used; the Fisher drawn
 from the task's last 100,000 frames (5,000 MinAtar unrolls, about 100 MB),
 where CORA kept 1M frames on disk; lambda 1000. This project's losses are

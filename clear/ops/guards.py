@@ -1,10 +1,11 @@
-"""What the ports' learners (PPG, SAC, DDPG) guard their steps with.
+"""What the learners (IMPALA-CLEAR, PPG, SAC, DDPG) guard their steps with.
 
 - `check_rank`: the rank check of a loss input, whose error names the
   function and the argument;
 - `all_finite` and `apply_if_finite`: a gradient step is applied only when
   its losses and gradient norms are finite; otherwise nothing changes and
   the step is counted as skipped;
+- `clipped_gradients`: the gradients of a loss, clipped by global norm;
 - `step_counter`: the int64 counters of frames and steps they checkpoint.
 """
 
@@ -61,6 +62,22 @@ def apply_if_finite(finite, apply_fn: Callable[[], None],
     return tf.constant(False)
 
   return tf.cond(finite, apply, skip)
+
+
+def clipped_gradients(tape, loss, variables, clip_norm: float):
+  """Gradients of `loss` (zeros where unused), clipped by global norm
+  (`clip_norm` 0: not clipped).
+
+  Returns:
+    (gradients, global norm before clipping).
+  """
+  grads = tape.gradient(loss, variables)
+  grads = [tf.zeros_like(v) if g is None else g
+           for g, v in zip(grads, variables)]
+  norm = tf.linalg.global_norm(grads)
+  if clip_norm > 0:
+    grads, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=norm)
+  return grads, norm
 
 
 def step_counter(name: str) -> tf.Variable:

@@ -34,10 +34,11 @@ from clear import checkpoint as checkpoint_lib
 from clear import snapshot
 from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
-from clear.algorithms.impala import learner as learner_lib
+from clear.algorithms.impala import config as impala_config
 from clear.continual import methods as continual_methods
 from clear.continual import metrics as continual_metrics
 from clear.continual import schedule as continual
+from clear.ops import transitions
 from clear.replay import buffer as replay_lib
 from clear.runtime import actor as actor_lib
 from clear.runtime import actor_pool as pool_lib
@@ -59,8 +60,8 @@ class RunConfig(NamedTuple):
     env_name, env_options: what `envs.make` builds.
     algorithm: a `registry.ALGORITHMS` key.
     agent_config: `policy.AgentConfig`.
-    learner_config: `learner.LearnerConfig` (its num_replay is the replayed
-      share of each batch).
+    learner_config: `impala_config.LearnerConfig`, or the config of another
+      algorithm (its num_replay is the replayed share of each batch).
     logdir: where everything is written.
     seed: base seed.
     num_actors, envs_per_actor: actor layout.
@@ -97,7 +98,7 @@ class RunConfig(NamedTuple):
   env_options: dict
   algorithm: str
   agent_config: policy_lib.AgentConfig
-  learner_config: learner_lib.LearnerConfig
+  learner_config: impala_config.LearnerConfig
   logdir: str
   seed: int = 0
   num_actors: int = 1
@@ -532,7 +533,7 @@ class _Run:
         self.num_replay and len(self.buffer) == 0):
       item = self.pending.popleft()
       self.buffer.insert(item)
-      frames = learner_lib.frames_in_batch(
+      frames = transitions.frames_in_batch(
           replay_lib.swap_time_and_batch(actor_lib.stack_nests([item])), 0,
           lc)
       self.policy.add_env_frames(int(frames))

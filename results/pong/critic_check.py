@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
 from agents import initializers
 from agents import torsos
 from clear import types
-from clear.algorithms.impala import learner as learner_lib
+from clear.algorithms.impala import optimizers
 import envs
 
 flags.DEFINE_enum('core', 'lstm', ['none', 'lstm', 'lstm_skip'],
@@ -96,7 +96,7 @@ def main(argv):
   if FLAGS.optimizer == 'adam':
     optimizer = snt.optimizers.Adam(FLAGS.learning_rate)
   else:
-    optimizer = learner_lib.RMSProp(
+    optimizer = optimizers.RMSProp(
         FLAGS.learning_rate, decay=0.99, momentum=0.0, epsilon=0.01,
         initial_mean_square=float(FLAGS.optimizer == 'rmsprop_ones'))
 

@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 import agents
-from clear.algorithms import policy as policy_lib
+from clear.algorithms.impala import policy as impala_policy
 import envs
 import run_files  # results/pong/run_files.py, beside this script.
 
@@ -91,7 +91,7 @@ def main(argv):
   if FLAGS.logdir:
     path = run_files.checkpoint_path(FLAGS.logdir, FLAGS.checkpoint)
     config, _ = run_files.pong_agent_config(FLAGS.logdir)
-    agent = policy_lib.ImpalaPolicy(env.spec, config).agent
+    agent = impala_policy.ImpalaPolicy(env.spec, config).agent
     tf.train.Checkpoint(agent=agent).restore(
         path).expect_partial().assert_existing_objects_matched()
     summary.update(

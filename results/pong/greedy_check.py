@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents import heads
-from clear.algorithms import policy as policy_lib
+from clear.algorithms.impala import policy as impala_policy
 from clear.continual import schedule as continual
 from clear.runtime import run_loop
 import envs
@@ -92,7 +92,7 @@ def main(argv):
   env.close()
   # Sampling seed 0, as test mode's with the default --seed (run.json
   # records no seed).
-  policy = policy_lib.ImpalaPolicy(spec, config)
+  policy = impala_policy.ImpalaPolicy(spec, config)
   tf.train.Checkpoint(agent=policy.agent).restore(
       path).expect_partial().assert_existing_objects_matched()
   summary = {

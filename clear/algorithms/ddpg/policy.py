@@ -41,11 +41,11 @@ import tensorflow as tf
 
 from agents import initializers
 from clear import types
-from clear.algorithms.impala import learner as learner_lib
 from clear.algorithms.off_policy import config as off_policy_config
 from clear.algorithms.off_policy import losses as off_policy_losses
 from clear.algorithms.off_policy import networks
 from clear.algorithms.off_policy import policy as off_policy
+from clear.ops import guards
 
 _Field = off_policy_config.Field
 DDPGConfig = off_policy_config.config_class(
@@ -286,9 +286,9 @@ class DDPGPolicy(off_policy.OffPolicyPolicy):
       actor_loss = tf.reduce_mean(terms.loss_actor)
       critic_loss = tf.reduce_mean(terms.loss_value)
 
-    critic_grads, critic_norm = learner_lib.clipped_gradients(
+    critic_grads, critic_norm = guards.clipped_gradients(
         tape, critic_loss, critic_vars, c.clip_grad_norm)
-    actor_grads, actor_norm = learner_lib.clipped_gradients(
+    actor_grads, actor_norm = guards.clipped_gradients(
         tape, actor_loss, actor_vars, c.clip_grad_norm)
     del tape
 

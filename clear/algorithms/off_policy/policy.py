@@ -27,10 +27,10 @@ import tree
 
 from clear import types
 from clear.algorithms import policy as policy_lib
-from clear.algorithms.impala import learner as learner_lib
 from clear.algorithms.off_policy import networks
 from clear.algorithms.off_policy import segments as off_policy_replay
 from clear.ops import guards
+from clear.ops import transitions
 from clear.replay import buffer as replay_lib
 
 # Bytes of sampled segments sent to one tf.function call at most; more
@@ -278,7 +278,7 @@ class OffPolicyPolicy(policy_lib.Policy, abc.ABC):
       raise NotImplementedError(f'{type(self).__name__} was built without a '
                                 'learner config: it only acts.')
     c = self.config
-    frames = int(learner_lib.frames_in_batch(batch, 0, c))
+    frames = int(transitions.frames_in_batch(batch, 0, c))
     self.counters.num_env_frames.assign_add(frames)
     num_unrolls = np.shape(batch.env_outputs.reward)[1]
     self.buffer.insert_batch(replay_lib.swap_time_and_batch(batch),

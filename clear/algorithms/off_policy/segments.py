@@ -12,7 +12,7 @@ observation t to observation t + 1 with the action `agent_outputs.action[t +
 `done` the environment has already reset, so observation t + 1 belongs to
 the next episode and is never bootstrapped from:
 - termination: the discount is 0
-  (`clear.algorithms.impala.learner.transition_discounts`);
+  (`clear.ops.transitions.transition_discounts`);
 - truncation (time limit): the last observation of the episode is lost, so
   the transition cannot be learnt from. It is masked out of the critic loss
   (weight 0), and for the estimator its target is replaced by the target
@@ -29,7 +29,7 @@ import tensorflow as tf
 import tree
 
 from clear import types
-from clear.algorithms.impala import learner as learner_lib
+from clear.ops import transitions as transitions_lib
 from clear.replay import buffer as replay_lib
 
 
@@ -109,7 +109,7 @@ def transitions(segments: Segments, discounting: float,
       first=done,
       action=tree.map_structure(lambda a: a[1:], seg.action),
       reward=tf.cast(seg.reward[1:], tf.float32) * reward_scaling,
-      discount=learner_lib.transition_discounts(done[1:], truncated[1:],
-                                                discounting),
+      discount=transitions_lib.transition_discounts(done[1:], truncated[1:],
+                                                    discounting),
       truncated=truncated[1:])
 

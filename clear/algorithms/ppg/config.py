@@ -64,7 +64,7 @@ class PPGConfig(NamedTuple):
     total_environment_frames: when the run stops (and over which the
       learning rate decays when `decay_learning_rate`).
     fixed_step_mul, step_mul: the environment's step multiplier, for the
-      frame count (see `clear.algorithms.impala.learner.frames_in_batch`).
+      frame count (see `clear.ops.transitions.frames_in_batch`).
     discounting: gamma.
     reward_clipping: a `clear.ops.losses.clip_rewards` mode.
     reward_scaling: rewards are multiplied by this before clipping.

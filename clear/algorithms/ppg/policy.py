@@ -60,12 +60,12 @@ import tree
 from agents import heads as heads_lib
 from clear import types
 from clear.algorithms import policy as policy_lib
-from clear.algorithms.impala import learner as learner_lib
 from clear.algorithms.ppg import config as ppg_config
 from clear.algorithms.ppg import losses as ppg_losses
 from clear.algorithms.ppg import networks as ppg_networks
 from clear.ops import guards
 from clear.ops import losses
+from clear.ops import transitions
 from clear.ops import value_estimators
 
 # The algorithm's config and its check, where `clear.algorithms.registry` (and
@@ -287,7 +287,7 @@ class PPGPolicy(policy_lib.Policy):
         tf.cast(env.reward[1:], tf.float32) * config.reward_scaling,
         config.reward_clipping)
     truncated = tf.cast(env.truncated[1:], tf.bool)
-    discounts = learner_lib.transition_discounts(
+    discounts = transitions.transition_discounts(
         tf.cast(env.done[1:], tf.bool), truncated, config.discounting)
     # No target crosses a truncation; the cut steps are left out below.
     rewards, discounts = losses.cut_at_truncations(rewards, discounts,
@@ -343,14 +343,14 @@ class PPGPolicy(policy_lib.Policy):
           logits, data['old_logits'], data['action'], advantages,
           config.clip_ratio, config.entropy_cost)
       policy_loss = tf.reduce_mean(loss)
-    policy_grads, policy_norm = learner_lib.clipped_gradients(
+    policy_grads, policy_norm = guards.clipped_gradients(
         tape, policy_loss, self._policy_variables, self.config.clip_grad_norm)
     with tf.GradientTape() as tape:
       values = self.agent.value_network(data['observation'])
       loss, value_extra = ppg_losses.clipped_value_loss(
           values, data['old_values'], data['targets'], config.value_clip)
       value_loss = config.value_cost * tf.reduce_mean(loss)
-    value_grads, value_norm = learner_lib.clipped_gradients(
+    value_grads, value_norm = guards.clipped_gradients(
         tape, value_loss, self._value_variables, self.config.clip_grad_norm)
     approx_kl = tf.reduce_mean(extra.approx_kl)  # Before this step.
     if config.target_kl > 0:
@@ -430,14 +430,14 @@ class PPGPolicy(policy_lib.Policy):
           logits, data['old_logits'], aux_values, data['targets'],
           config.aux_bc_weight)
       aux_loss = tf.reduce_mean(loss)
-    policy_grads, policy_norm = learner_lib.clipped_gradients(
+    policy_grads, policy_norm = guards.clipped_gradients(
         tape, aux_loss, self._policy_variables, self.config.clip_grad_norm)
     with tf.GradientTape() as tape:
       values = self.agent.value_network(data['observation'])
       loss, _ = ppg_losses.clipped_value_loss(
           values, data['old_values'], data['targets'], config.value_clip)
       value_loss = tf.reduce_mean(loss)
-    value_grads, value_norm = learner_lib.clipped_gradients(
+    value_grads, value_norm = guards.clipped_gradients(
         tape, value_loss, self._value_variables, self.config.clip_grad_norm)
     applied = self._apply_if_finite(
         [(self.policy_optimizer, policy_grads, self._policy_variables),
@@ -499,7 +499,7 @@ class PPGPolicy(policy_lib.Policy):
     if self.config is None:
       raise NotImplementedError('PPGPolicy: this copy only acts.')
     metrics, memory = self._policy_phase(batch)
-    self._num_env_frames.assign_add(learner_lib.frames_in_batch(
+    self._num_env_frames.assign_add(transitions.frames_in_batch(
         batch, 0, self.config))
     self._memory.append(memory)
     skipped = bool(metrics['skipped'])

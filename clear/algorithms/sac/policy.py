@@ -83,12 +83,12 @@ import tensorflow as tf
 from agents import heads
 from agents import initializers
 from clear import types
-from clear.algorithms.impala import learner as learner_lib
 from clear.algorithms.off_policy import config as off_policy_config
 from clear.algorithms.off_policy import losses as off_policy_losses
 from clear.algorithms.off_policy import networks
 from clear.algorithms.off_policy import policy as off_policy
 from clear.algorithms.sac import losses as sac_losses
+from clear.ops import guards
 
 PRIORS = ('', 'uniform', 'same_action')
 # 'same_action' prior: weight of its uniform part, std of its Gaussian part
@@ -455,14 +455,14 @@ class SACPolicy(off_policy.OffPolicyPolicy):
             self.target_entropy[part])
         alpha_loss += tf.reduce_mean(losses)
 
-    critic_grads, critic_norm = learner_lib.clipped_gradients(
+    critic_grads, critic_norm = guards.clipped_gradients(
         tape, critic_loss, critic_vars, c.clip_grad_norm)
-    alpha_grads, alpha_norm = learner_lib.clipped_gradients(
+    alpha_grads, alpha_norm = guards.clipped_gradients(
         tape, alpha_loss, self.alpha_variables, c.clip_grad_norm)
     checks = [critic_loss, alpha_loss, critic_norm, alpha_norm]
     actor_grads = []
     if agent.actor is not None:
-      actor_grads, actor_norm = learner_lib.clipped_gradients(
+      actor_grads, actor_norm = guards.clipped_gradients(
           tape, actor_loss, actor_vars, c.clip_grad_norm)
       checks += [actor_loss, actor_norm]
     del tape
