@@ -6,22 +6,22 @@ r"""Renders return curves of one or more runs from their TensorBoard events.
 
 One figure (PNG, `--dpi` 100) with a panel per task, holding each run's
 evaluation curve of that task (`<tag_prefix><task>/return`, by default
-`eval/<task>/return` as `clear.continual.schedule.write_eval_summaries` writes),
-and a panel of the runs' training returns (`episode/<env>/return`,
+`eval/<task>/return` as `clear.runtime.evaluation.write_eval_summaries`
+writes), and a panel of the runs' training returns (`episode/<env>/return`,
 smoothed like TensorBoard). The x-axis is total env frames: the summaries'
-step. Where a run's logdir holds a `tasks.json` (see `clear.continual.schedule`:
-{"tasks": [...], "frames_per_task": N, "num_cycles": k}), the segments of
-the task sequence are drawn: in a task's panel its training segments are
-shaded, and every panel marks the boundaries (from the first run that has
-the file).
+step. Where a run's logdir holds a `tasks.json` (see
+`clear.continual.schedule`: {"tasks": [...], "frames_per_task": N,
+"num_cycles": k}), the segments of the task sequence are drawn: in a task's
+panel its training segments are shaded, and every panel marks the
+boundaries (from the first run that has the file).
 
 With `--baselines=path.json` (`clear.continual.metrics.read_baselines`:
 per task a random and a single-task return and the single-task curve)
 each task's panel marks those two returns, a summary panel draws each
 run's mean normalised evaluation return, and `--metrics_out=path.json`
-writes every sequence run's continual-learning metrics (`clear.
-continual_metrics.forgetting_metrics`, from its evaluations) normalised,
-with forward transfer against the single-task curves.
+writes every sequence run's continual-learning metrics
+(`clear.continual.metrics.forgetting_metrics`, from its evaluations)
+normalised, with forward transfer against the single-task curves.
 
 Seeds of a method (`clear.continual.seed_stats`): with runs labelled
 `<method>_s<seed>` (`clear_s0`, `impala_s1`), `--group_seeds` draws one
@@ -58,8 +58,9 @@ from absl import flags
 import numpy as np
 
 from clear.analysis import events
+from clear.continual import history as history_lib
 from clear.continual import metrics as metrics_lib
-from clear.continual import schedule as continual
+from clear.continual import schedule as schedule_lib
 from clear.continual import seed_stats
 from clear.runtime import run_lock
 
@@ -83,7 +84,7 @@ class Run(NamedTuple):
     logdir: where it was read.
     eval_curves: dict task -> `Series` of evaluation returns.
     train_curves: dict env name -> `Series` of training episode returns.
-    schedule: the `continual.TaskSchedule` of its `tasks.json`, or None.
+    schedule: the `schedule_lib.TaskSchedule` of its `tasks.json`, or None.
     run_time: `Series` of the seconds the run had spent running (resumes
       summed, downtime excluded) against env frames, or None.
   """
@@ -91,7 +92,7 @@ class Run(NamedTuple):
   logdir: str
   eval_curves: Dict[str, Series]
   train_curves: Dict[str, Series]
-  schedule: Optional[continual.TaskSchedule]
+  schedule: Optional[schedule_lib.TaskSchedule]
   run_time: Optional[Series] = None
 
 
@@ -167,7 +168,7 @@ def load_run(logdir: str, label: Optional[str] = None,
     label = os.path.basename(os.path.normpath(logdir))
   return Run(label, logdir, curves(scalars, tag_prefix),
              curves(scalars, train_tag_prefix),
-             continual.read_tasks_json(logdir),
+             schedule_lib.read_tasks_json(logdir),
              scalars.get(RUN_TIME_TAG))
 
 
@@ -295,15 +296,15 @@ def summarize(runs: Sequence[Run], window: int = 100,
           for run in runs}
 
 
-def eval_history(run: Run) -> continual.EvalHistory:
+def eval_history(run: Run) -> history_lib.EvalHistory:
   """The run's evaluations from its event files, one record per frame
   count at which any task was evaluated."""
   by_frames = {}
   for task, series in run.eval_curves.items():
     for step, value in zip(series.steps, series.values):
       by_frames.setdefault(int(step), {})[task] = float(value)
-  return continual.EvalHistory(
-      [continual.EvalRecord(f, by_frames[f]) for f in sorted(by_frames)])
+  return history_lib.EvalHistory(
+      [history_lib.EvalRecord(f, by_frames[f]) for f in sorted(by_frames)])
 
 
 def normalized_mean_curve(run: Run, normalization) -> Series:
@@ -373,7 +374,7 @@ def _task_order(runs: Sequence[Run]) -> List[str]:
       tasks.extend(run.schedule.unique_task_names)
   for run in runs:
     tasks.extend(sorted(run.eval_curves))
-  return continual.unique_names(
+  return schedule_lib.unique_names(
       [t for t in tasks if any(t in run.eval_curves for run in runs)])
 
 
@@ -715,7 +716,7 @@ def main(argv):
     if f.summary_out:
       summary = summarize(runs, f.window, f.threshold,
                           _frame_counts(f.at_frames))
-      continual.write_json(f.summary_out, summary)
+      schedule_lib.write_json(f.summary_out, summary)
       print(json.dumps(summary, indent=1))
       print(f'Wrote {f.summary_out}')
     if f.out:

@@ -61,8 +61,10 @@ from clear.algorithms.impala import config as impala_config
 from clear.cli import flag_help
 from clear.continual import methods as continual_methods
 from clear.replay import buffer as replay_lib
+from clear.runtime import evaluation as evaluation_lib
 from clear.runtime import progress
 from clear.runtime import record as record_lib
+from clear.runtime import run_config as run_config_lib
 from clear.runtime import run_lock
 from clear.runtime import run_loop
 
@@ -733,7 +735,7 @@ def torso_norm(f) -> str:
   return 'none'
 
 
-def config_from_flags(f) -> run_loop.RunConfig:
+def config_from_flags(f) -> run_config_lib.RunConfig:
   env_options = env_options_from_flags(f)
   if f.algorithm != 'impala':
     learner_config = port_config(f, env_options)
@@ -767,7 +769,7 @@ def config_from_flags(f) -> run_loop.RunConfig:
         ewc_fisher_batches=f.ewc_fisher_batches,
         ewc_fisher_frames=f.ewc_fisher_frames)
   core_size = family_default(f, 'core_size')
-  return run_loop.RunConfig(
+  return run_config_lib.RunConfig(
       env_name=f.env, env_options=env_options, algorithm=f.algorithm,
       agent_config=policy_lib.AgentConfig(
           f.network, core_size, f.separate_critic, core=f.core,
@@ -961,7 +963,7 @@ def keep_run_settings(f) -> None:
   saved = checkpoint_lib.read_run_identity(f.logdir)
   if saved is None or saved.get('env', f.env) != f.env:
     return  # A new run, or another env: refused with the identity check.
-  unset = [name for name in run_loop.RECORDED_SETTINGS
+  unset = [name for name in run_config_lib.RECORDED_SETTINGS
            if not f[name].present and not (
                name == 'total_environment_frames' and ',' in f.env)]
   path = os.path.join(f.logdir, checkpoint_lib.RUN_FILE)
@@ -1048,7 +1050,7 @@ def describe_spaces(spec) -> str:
   return f'observations {observations}; actions {actions}'
 
 
-def check_env_change(config: run_loop.RunConfig, settings: RunSettings):
+def check_env_change(config: run_config_lib.RunConfig, settings: RunSettings):
   """Lets flags pick another env than the run's only when its observation
   and action spaces are the same (e.g. gym:CartPole-v0 for a gym:CartPole-v1
   run), and says so in the log.
@@ -1067,8 +1069,8 @@ def check_env_change(config: run_loop.RunConfig, settings: RunSettings):
                                   sorted(options.items())))
   ours = describe(config.env_name, config.env_options)
   theirs = describe(settings.env_name, settings.env_options)
-  spec = run_loop.env_spec(config)
-  saved_spec = run_loop.env_spec(config._replace(
+  spec = run_config_lib.env_spec(config)
+  saved_spec = run_config_lib.env_spec(config._replace(
       env_name=settings.env_name, env_options=settings.env_options))
   if same_spaces(spec, saved_spec):
     logging.warning('%s: using %s, not %s that the run in %s was made with '
@@ -1122,34 +1124,34 @@ def _say_if_live(logdir: str, what: str):
                     logdir, holder.describe(), what)
 
 
-def run_test(config: run_loop.RunConfig, num_episodes: int,
+def run_test(config: run_config_lib.RunConfig, num_episodes: int,
              record_path: str = '') -> int:
   """Test mode: plays the episodes, prints the results, then writes them to
   test_results.json; the printed results stay if the write fails. With
   `record_path`, one more episode is then written there (GIF or MP4)."""
   _say_if_live(config.logdir, 'testing its newest checkpoint as of now; '
                'the run goes on writing new ones.')
-  spec = run_loop.env_spec(config)  # Imports the env's packages.
+  spec = run_config_lib.env_spec(config)  # Imports the env's packages.
   _STOP.raise_if_interrupted()  # MinAtar's import swallows a Ctrl-C.
   if record_path:  # Before the episodes: an env with no picture fails now.
     record_lib.image_key(spec)
   problem = logdir_problem(config.logdir, create=False)
   if problem:
     logging.warning('%s cannot be written (%s): the results will only be '
-                    'printed.', run_loop.TEST_RESULTS_FILE, problem)
-  summary = run_loop.evaluate(config, num_episodes)
+                    'printed.', evaluation_lib.TEST_RESULTS_FILE, problem)
+  summary = evaluation_lib.evaluate(config, num_episodes)
   print(json.dumps({k: v for k, v in summary.items() if k != 'returns'},
                    indent=2), flush=True)
   try:
-    path = run_loop.write_test_results(config.logdir, summary)
+    path = evaluation_lib.write_test_results(config.logdir, summary)
   except OSError as e:
     print(f'warning: the results above were not written to '
-          f'{os.path.join(config.logdir, run_loop.TEST_RESULTS_FILE)} '
+          f'{os.path.join(config.logdir, evaluation_lib.TEST_RESULTS_FILE)} '
           f'({e.strerror or e}).', file=sys.stderr)
   else:
     logging.info('Test results written to %s.', path)
   if record_path:
-    recording = run_loop.record_episode(config, record_path)
+    recording = evaluation_lib.record_episode(config, record_path)
     print(f'Recorded {recording.num_frames} frames (return '
           f'{recording.episode_return:g}'
           f'{"" if recording.finished else ", cut at --eval_max_steps"}) '

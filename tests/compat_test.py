@@ -32,6 +32,7 @@ from absl import flags
 from absl.testing import flagsaver
 
 from clear import train
+from clear.runtime import evaluation
 from clear.runtime import run_loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -179,7 +180,7 @@ def test_logdir_of_an_earlier_version_tests_and_resumes(name, tmp_path):
   assert tested.returncode == 0, err[-3000:]
   assert 'Traceback' not in err
   printed = json.loads(out)
-  with open(os.path.join(test_logdir, run_loop.TEST_RESULTS_FILE)) as f:
+  with open(os.path.join(test_logdir, evaluation.TEST_RESULTS_FILE)) as f:
     written = json.load(f)
   assert printed['checkpoint'].endswith(os.path.join('checkpoints', 'ckpt-1'))
   if ',' in printed['env']:  # A sequence plays every task.

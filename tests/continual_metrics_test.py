@@ -8,8 +8,9 @@ import os
 import numpy as np
 import pytest
 
+from clear.continual import history as history_lib
 from clear.continual import metrics as continual_metrics
-from clear.continual import schedule as continual
+from clear.continual import schedule as schedule_lib
 
 TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                         'testdata')
@@ -23,14 +24,14 @@ _B = [0.0, 1.0, 2.0, 9.0, 8.0]
 
 
 def _history(frames=_FRAMES, **curves):
-  history = continual.EvalHistory()
+  history = history_lib.EvalHistory()
   for i, f in enumerate(frames):
     history.append(f, {task: values[i] for task, values in curves.items()})
   return history
 
 
 def test_forgetting_hand_computed():
-  schedule = continual.TaskSchedule(['A', 'B'], 100)
+  schedule = schedule_lib.TaskSchedule(['A', 'B'], 100)
   metrics = continual_metrics.forgetting_metrics(_history(A=_A, B=_B),
                                                  schedule)
   a, b = metrics['per_task']['A'], metrics['per_task']['B']
@@ -55,7 +56,7 @@ def test_forgetting_hand_computed():
 
 
 def test_forward_transfer_and_normalization():
-  schedule = continual.TaskSchedule(['A', 'B'], 100)
+  schedule = schedule_lib.TaskSchedule(['A', 'B'], 100)
   reference = {'A': [(0, 0.0), (100, 10.0)],
                'B': [(0, 0.0), (50, 5.0), (100, 5.0)]}
   normalization = {'A': (0.0, 10.0), 'B': (0.0, 10.0)}
@@ -78,7 +79,7 @@ def test_forward_transfer_and_normalization():
 
 
 def test_forward_transfer_min_max_normalised_by_default():
-  schedule = continual.TaskSchedule(['A', 'B'], 100)
+  schedule = schedule_lib.TaskSchedule(['A', 'B'], 100)
   metrics = continual_metrics.forgetting_metrics(
       _history(A=_A, B=_B), schedule, reference={'A': [(0, 0), (100, 10)]})
   # A's returns span [0, 10]: the same numbers as with (0, 10).
@@ -87,7 +88,7 @@ def test_forward_transfer_min_max_normalised_by_default():
 
 
 def test_end_of_training_is_the_nearest_evaluation():
-  schedule = continual.TaskSchedule(['A', 'B'], 100, num_cycles=2)
+  schedule = schedule_lib.TaskSchedule(['A', 'B'], 100, num_cycles=2)
   frames = [0, 90, 110, 290, 320, 400]
   a = [0.0, 5.0, 6.0, 7.0, 9.0, 1.0]
   metrics = continual_metrics.forgetting_metrics(
@@ -98,7 +99,7 @@ def test_end_of_training_is_the_nearest_evaluation():
   assert entry['forgetting'] == 6.0
   assert entry['forgetting_from_best'] == 8.0
   # A tie (90 and 110 around 100) takes the earlier evaluation.
-  one_cycle = continual.TaskSchedule(['A', 'B'], 100)
+  one_cycle = schedule_lib.TaskSchedule(['A', 'B'], 100)
   metrics = continual_metrics.forgetting_metrics(
       _history([0, 90, 110], A=[0.0, 5.0, 6.0]), one_cycle)
   assert metrics['per_task']['A']['end_of_training_frames'] == 90
@@ -107,7 +108,7 @@ def test_end_of_training_is_the_nearest_evaluation():
 
 def test_forgetting_per_visit_over_two_cycles():
   # A trains [0, 100) and [200, 300), B [100, 200) and [300, 400).
-  schedule = continual.TaskSchedule(['A', 'B'], 100, num_cycles=2)
+  schedule = schedule_lib.TaskSchedule(['A', 'B'], 100, num_cycles=2)
   frames = [0, 100, 200, 300, 400]
   a = [0.0, 10.0, 4.0, 12.0, 9.0]
   b = [1.0, 1.0, 8.0, 5.0, 11.0]
@@ -142,7 +143,7 @@ def test_baselines_round_trip_and_errors(tmp_path):
       {'minatar:Breakout': (0.5, 17.0), 'minatar:Asterix': (0.25, 16.0)},
       {'minatar:Breakout': [(0, 0.5), (250_000, 3.0)]})
   path = str(tmp_path / 'baselines.json')
-  continual.write_json(path, continual_metrics.baselines_json(baselines,
+  schedule_lib.write_json(path, continual_metrics.baselines_json(baselines,
                                                              ['a note']))
   read = continual_metrics.read_baselines(path)
   assert read.normalization == baselines.normalization
@@ -165,9 +166,9 @@ def test_baselines_round_trip_and_errors(tmp_path):
 
 
 def test_metrics_errors():
-  schedule = continual.TaskSchedule(['A'], 10)
+  schedule = schedule_lib.TaskSchedule(['A'], 10)
   with pytest.raises(ValueError, match='no evaluations'):
-    continual_metrics.forgetting_metrics(continual.EvalHistory(), schedule)
+    continual_metrics.forgetting_metrics(history_lib.EvalHistory(), schedule)
   with pytest.raises(ValueError, match='low != high'):
     continual_metrics.forgetting_metrics(_history([0], A=[1.0]), schedule,
                                          normalization={'A': (1.0, 1.0)})
@@ -203,8 +204,8 @@ def _golden_cases():
   cases = []
   # Three tasks of 100 frames, two cycles, evaluated every 25 frames a few
   # frames after each quarter (as runs do: a batch's overshoot), and at 0.
-  schedule = continual.TaskSchedule(['A', 'B', 'C'], 100, num_cycles=2)
-  history = continual.EvalHistory()
+  schedule = schedule_lib.TaskSchedule(['A', 'B', 'C'], 100, num_cycles=2)
+  history = history_lib.EvalHistory()
   for f in [0] + [25 * k + 3 for k in range(1, 25)]:
     history.append(f, {t: float(np.round(rng.uniform(-5, 20), 2))
                        for t in ('A', 'B', 'C')})
@@ -216,8 +217,8 @@ def _golden_cases():
   cases.append(('minmax', history, schedule, reference, None))
   # A repeated task, a run stopped in its third segment, a task evaluated
   # but not trained, and evaluations at uneven frames.
-  repeated = continual.TaskSchedule(['A', 'B', 'A'], 40)
-  history = continual.EvalHistory()
+  repeated = schedule_lib.TaskSchedule(['A', 'B', 'A'], 40)
+  history = history_lib.EvalHistory()
   for f in (0, 13, 41, 55, 79, 88, 101):
     history.append(f, {t: float(np.round(rng.uniform(0, 9), 2))
                        for t in ('A', 'B', 'D')})
@@ -279,7 +280,7 @@ def _cora_history(scale_a=1.0, end=None):
 
 
 def test_cora_metrics_hand_computed():
-  schedule = continual.TaskSchedule(['A', 'B', 'C'], 100, num_cycles=2)
+  schedule = schedule_lib.TaskSchedule(['A', 'B', 'C'], 100, num_cycles=2)
   metrics = continual_metrics.forgetting_metrics(_cora_history(), schedule)
   a, b, c = (metrics['per_task'][t] for t in 'ABC')
   # Scales: the largest |return|: 10, 8 and |-8|.
@@ -312,7 +313,7 @@ def test_cora_metrics_hand_computed():
 
 
 def test_cora_forgetting_over_two_cycles_and_a_stopped_run():
-  schedule = continual.TaskSchedule(['A', 'B', 'C'], 100, num_cycles=2)
+  schedule = schedule_lib.TaskSchedule(['A', 'B', 'C'], 100, num_cycles=2)
   metrics = continual_metrics.forgetting_metrics(_cora_history(), schedule,
                                                  cora_cycles=2)
   a = metrics['per_task']['A']
@@ -344,7 +345,7 @@ def test_cora_forgetting_over_two_cycles_and_a_stopped_run():
 
 
 def test_cora_rescaled_uses_the_methods_largest_return():
-  schedule = continual.TaskSchedule(['A', 'B', 'C'], 100)
+  schedule = schedule_lib.TaskSchedule(['A', 'B', 'C'], 100)
   runs = [continual_metrics.forgetting_metrics(_cora_history(scale), schedule)
           for scale in (1.0, 0.5)]
   # Each run alone normalises A by its own scale: the same numbers.
@@ -365,7 +366,7 @@ def test_cora_rescaled_uses_the_methods_largest_return():
 
 
 def test_cora_metrics_of_a_task_that_always_returns_zero():
-  schedule = continual.TaskSchedule(['A', 'B'], 10)
+  schedule = schedule_lib.TaskSchedule(['A', 'B'], 10)
   frames = [0, 10, 20]
   zero = continual_metrics.forgetting_metrics(
       _history(frames, A=[0.0, 0.0, 0.0], B=[1.0, 2.0, 4.0]), schedule)

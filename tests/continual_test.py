@@ -1,5 +1,6 @@
-"""Tests for clear.continual.schedule: schedule, history and the evaluator (the
-metrics are tested in continual_metrics_test.py)."""
+"""Tests for clear.continual.schedule, clear.continual.history and
+clear.runtime.evaluation's evaluator (the metrics are tested in
+continual_metrics_test.py)."""
 
 import json
 
@@ -9,7 +10,9 @@ import pytest
 from clear import snapshot
 from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
-from clear.continual import schedule as continual
+from clear.continual import history as history_lib
+from clear.continual import schedule as schedule_lib
+from clear.runtime import evaluation
 import envs
 
 GYM = 'gym:CartPole-v1,gym:Acrobot-v1'
@@ -19,7 +22,7 @@ GYM = 'gym:CartPole-v1,gym:Acrobot-v1'
 
 
 def test_schedule_cycles_and_boundaries():
-  schedule = continual.TaskSchedule(['A', 'B'], frames_per_task=100,
+  schedule = schedule_lib.TaskSchedule(['A', 'B'], frames_per_task=100,
                                     num_cycles=2)
   assert schedule.total_frames == 400 and schedule.num_segments == 4
   table = [  # frames, task, segment end
@@ -40,7 +43,7 @@ def test_schedule_cycles_and_boundaries():
 
 
 def test_schedule_with_a_repeated_task():
-  schedule = continual.TaskSchedule(['A', 'B', 'A'], 10)
+  schedule = schedule_lib.TaskSchedule(['A', 'B', 'A'], 10)
   assert schedule.unique_task_names == ['A', 'B']
   assert [s.task for s in schedule.segments_of('A')] == [0, 2]
   assert schedule.training_end('A') == 30
@@ -55,30 +58,30 @@ def test_schedule_with_a_repeated_task():
 ])
 def test_schedule_bad_arguments(args, match):
   with pytest.raises(ValueError, match=match):
-    continual.TaskSchedule(*args)
+    schedule_lib.TaskSchedule(*args)
 
 
 def test_tasks_json_round_trip(tmp_path):
   logdir = str(tmp_path / 'run')
-  assert continual.read_tasks_json(logdir) is None
-  schedule = continual.TaskSchedule(['atari:Pong', 'atari:Breakout'], 5000,
+  assert schedule_lib.read_tasks_json(logdir) is None
+  schedule = schedule_lib.TaskSchedule(['atari:Pong', 'atari:Breakout'], 5000,
                                     3)
-  path = continual.write_tasks_json(logdir, schedule)
+  path = schedule_lib.write_tasks_json(logdir, schedule)
   with open(path) as f:
     assert json.load(f) == {'tasks': ['atari:Pong', 'atari:Breakout'],
                             'frames_per_task': 5000, 'num_cycles': 3}
-  assert continual.read_tasks_json(logdir) == schedule
+  assert schedule_lib.read_tasks_json(logdir) == schedule
   with open(path, 'w') as f:
     f.write('{"tasks": ["A"]}')
   with pytest.raises(ValueError, match='frames_per_task'):
-    continual.read_tasks_json(logdir)
+    schedule_lib.read_tasks_json(logdir)
 
 
 # --- History ----------------------------------------------------------------
 
 
 def test_history_survives_a_snapshot(tmp_path):
-  history = continual.EvalHistory()
+  history = history_lib.EvalHistory()
   history.append(0, {'A': 1.0, 'B': 2.0})
   history.append(10, {'A': 3.5})
   history.append(10, {'B': -1.0, 'C': 0.25})
@@ -86,15 +89,15 @@ def test_history_survives_a_snapshot(tmp_path):
     history.append(5, {'A': 0.0})
   path = str(tmp_path / 'state.npz')
   snapshot.save(path, snapshot.prefixed('eval', history.to_arrays()))
-  restored = continual.EvalHistory.from_arrays(
+  restored = history_lib.EvalHistory.from_arrays(
       snapshot.subset('eval', snapshot.load(path)))
   assert restored.records == history.records
   assert restored.tasks == ['A', 'B', 'C']
   frames, returns = restored.curve('B')
   np.testing.assert_array_equal(frames, [0, 10])
   np.testing.assert_array_equal(returns, [2.0, -1.0])
-  empty = continual.EvalHistory.from_arrays(
-      continual.EvalHistory().to_arrays())
+  empty = history_lib.EvalHistory.from_arrays(
+      history_lib.EvalHistory().to_arrays())
   assert not len(empty)
 
 
@@ -107,7 +110,7 @@ def _evaluator(max_steps):
   policy = registry.make_policy('impala', env.spec,
                                   policy_lib.AgentConfig('mlp', 8), seed=3)
   env.close()
-  return continual.Evaluator(GYM, {}, policy, num_episodes=3, seed=7,
+  return evaluation.Evaluator(GYM, {}, policy, num_episodes=3, seed=7,
                              max_steps=max_steps, unroll_length=16), policy
 
 
@@ -139,4 +142,4 @@ def test_evaluator_rejects_a_policy_of_another_spec():
   policy = registry.make_policy('impala', env.spec,
                                   policy_lib.AgentConfig('mlp', 8))
   with pytest.raises(ValueError, match='spec differs'):
-    continual.Evaluator(GYM, {}, policy, num_episodes=1)
+    evaluation.Evaluator(GYM, {}, policy, num_episodes=1)

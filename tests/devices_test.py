@@ -13,6 +13,7 @@ from clear.algorithms import registry
 from clear.algorithms.impala import learner as learner_lib
 from clear.runtime import actor_pool
 from clear.runtime import devices
+from clear.runtime import run_config
 from clear.runtime import run_loop
 import envs
 
@@ -96,7 +97,7 @@ def test_learner_device_names():
 
 
 def test_a_run_checks_its_learner_device_before_writing_anything(tmp_path):
-  config = run_loop.RunConfig(
+  config = run_config.RunConfig(
       env_name='gym:CartPole-v1', env_options={}, algorithm='impala',
       agent_config=policy_lib.AgentConfig('mlp', 4),
       learner_config=learner_lib.LearnerConfig(

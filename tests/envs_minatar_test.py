@@ -21,6 +21,7 @@ from clear import snapshot
 from clear import types
 from clear.algorithms import policy as policy_lib
 from clear.algorithms.impala import learner as learner_lib
+from clear.runtime import run_config
 from clear.runtime import run_loop
 import envs
 from envs import minatar as minatar_env
@@ -359,7 +360,7 @@ def test_a_minatar_sequence_trains_and_evaluates_every_game(tmp_path):
   # Through the run loop (inline): Breakout then Freeway, each evaluated at
   # the start, at the switch and at the end.
   name = 'minatar:Breakout,minatar:Freeway'
-  config = run_loop.RunConfig(
+  config = run_config.RunConfig(
       env_name=name, env_options={}, algorithm='impala',
       agent_config=policy_lib.AgentConfig('auto', 16),
       learner_config=learner_lib.LearnerConfig(

@@ -17,6 +17,7 @@ from clear.algorithms import policy as policy_lib
 from clear.algorithms.impala import learner as learner_lib
 from clear.algorithms.impala import policy as impala_policy
 from clear.continual import ewc
+from clear.runtime import run_config
 from clear.runtime import run_loop
 
 CARTPOLE_SPEC = types.EnvSpec(
@@ -278,7 +279,7 @@ def sequence_config(logdir, **kwargs):
       batch_size=4, num_replay=0, unroll_length=5,
       total_environment_frames=160, continual_method='ewc',
       ewc_fisher_batches=2, ewc_fisher_frames=60, ewc_lambda=100.0)
-  return run_loop.RunConfig(**{
+  return run_config.RunConfig(**{
       'env_name': 'gym:CartPole-v1,gym:Acrobot-v1', 'env_options': {},
       'algorithm': 'impala', 'agent_config': policy_lib.AgentConfig('mlp', 8),
       'learner_config': learner_config, 'logdir': str(logdir),
@@ -431,8 +432,8 @@ def test_flags_reach_the_learner_and_a_resume_keeps_the_recorded_lambda(
           lc.ewc_fisher_batches, lc.ewc_fisher_frames) == (
               'online_ewc', 300.0, 0.9, 7, 2000)
   checkpoint_lib.check_run_identity(str(tmp_path),
-                                    run_loop.run_identity(config),
-                                    run_loop.run_settings(config))
+                                    run_config.run_identity(config),
+                                    run_config.run_settings(config))
   resumed = parse(SEQUENCE, '--frames_per_task=10', logdir,
                   '--continual_method=online_ewc').learner_config
   assert (resumed.ewc_lambda, resumed.ewc_gamma,
@@ -442,6 +443,6 @@ def test_flags_reach_the_learner_and_a_resume_keeps_the_recorded_lambda(
   assert changed.learner_config.ewc_lambda == 30.0
   # Without a method, run.json records what it always did.
   plain = parse(SEQUENCE, '--frames_per_task=10')
-  assert not set(run_loop.run_settings(plain)) & {
+  assert not set(run_config.run_settings(plain)) & {
       'ewc_lambda', 'ewc_gamma', 'ewc_fisher_batches'}
-  assert 'continual_method' not in run_loop.run_identity(plain)
+  assert 'continual_method' not in run_config.run_identity(plain)

@@ -38,7 +38,7 @@ def check_flagfile(path):
     path: the flagfile.
 
   Returns:
-    The `run_loop.RunConfig` the binary would build from it.
+    The `clear.runtime.run_config.RunConfig` the binary would build from it.
 
   Raises:
     flags.Error: a flag clear.train does not define, or a bad value.

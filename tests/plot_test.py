@@ -11,9 +11,11 @@ import pytest
 import tensorflow as tf
 
 from clear import plot
+from clear.continual import history as history_lib
 from clear.continual import metrics as continual_metrics
-from clear.continual import schedule as continual
+from clear.continual import schedule as schedule_lib
 from clear.continual import seed_stats
+from clear.runtime import evaluation
 
 TASKS = ['gym:CartPole-v1', 'gym:Acrobot-v1']
 SEQUENCE = ','.join(TASKS)
@@ -29,7 +31,7 @@ def _write_run(logdir, offset, with_schedule):
   with writer.as_default():
     for i, frames in enumerate(range(0, 250, 50)):
       results = {TASKS[0]: 10.0 * i + offset, TASKS[1]: -100.0 + i + offset}
-      continual.write_eval_summaries(results, frames)
+      evaluation.write_eval_summaries(results, frames)
       for task, value in results.items():
         expected[task][0].append(frames)
         expected[task][1].append(value)
@@ -38,7 +40,7 @@ def _write_run(logdir, offset, with_schedule):
                           step=step)
   writer.close()
   if with_schedule:
-    continual.write_tasks_json(logdir, continual.TaskSchedule(TASKS, 100))
+    schedule_lib.write_tasks_json(logdir, schedule_lib.TaskSchedule(TASKS, 100))
   return expected
 
 
@@ -77,7 +79,7 @@ def test_extraction_returns_the_written_values(runs):
 
   run = plot.load_run(logdirs[0])
   assert run.label == 'replay50'
-  assert run.schedule == continual.TaskSchedule(TASKS, 100)
+  assert run.schedule == schedule_lib.TaskSchedule(TASKS, 100)
   assert plot.load_run(logdirs[1], 'b').schedule is None
 
 
@@ -118,11 +120,11 @@ def test_continual_metrics_from_event_files(runs):
   metrics = plot.continual_metrics(loaded, baselines)
   # Only 'a' has a tasks.json.
   assert list(metrics) == ['a']
-  history = continual.EvalHistory()
+  history = history_lib.EvalHistory()
   for i, frames in enumerate(expected[0][TASKS[0]][0]):
     history.append(frames, {task: expected[0][task][1][i] for task in TASKS})
   assert metrics['a'] == continual_metrics.forgetting_metrics(
-      history, continual.TaskSchedule(TASKS, 100), baselines.reference,
+      history, schedule_lib.TaskSchedule(TASKS, 100), baselines.reference,
       baselines.normalization)
   # CartPole's normalised returns 0, .25, .5 over its segment [0, 100]
   # against the reference's 0 to .5: no transfer.
@@ -241,7 +243,7 @@ def test_references_come_from_a_written_summary(runs, tmp_path):
   logdirs, _ = runs
   loaded = plot.load_runs(logdirs, ['a', 'b'])
   path = str(tmp_path / 'summary.json')
-  continual.write_json(path, plot.summarize(loaded, window=4, threshold=10,
+  schedule_lib.write_json(path, plot.summarize(loaded, window=4, threshold=10,
                                             at_frames=[100, 50]))
   # Run a: returns step / 10 at steps 0, 25, ..., 225, trailing means of 4.
   # By frame 50 only 3 episodes ended (no mean, no point); by 100 the mean
@@ -272,7 +274,7 @@ def test_references_come_from_a_written_summary(runs, tmp_path):
   with pytest.raises(ValueError, match='cannot read'):
     plot.load_references(str(tmp_path / 'missing.json'))
   bare = str(tmp_path / 'bare.json')
-  continual.write_json(bare, {'a': {'training': {'x': {'frames': 5}}}})
+  schedule_lib.write_json(bare, {'a': {'training': {'x': {'frames': 5}}}})
   with pytest.raises(ValueError, match='no trailing means'):
     plot.load_references(bare)
 
@@ -297,7 +299,7 @@ def test_max_frames_keeps_the_points_up_to_it(runs, tmp_path, monkeypatch):
   logdirs, _ = runs
   loaded = plot.load_runs(logdirs, ['a', 'b'])
   path = str(tmp_path / 'summary.json')
-  continual.write_json(path, plot.summarize(loaded, window=4,
+  schedule_lib.write_json(path, plot.summarize(loaded, window=4,
                                             at_frames=[100, 200]))
   references = plot.load_references(path)
   assert max(r.steps.max() for r in references) > 100
@@ -354,7 +356,7 @@ def test_command_line(runs, tmp_path):
         '100': pytest.approx(np.mean(returns[1:5])), '300': None}
   # Metrics and the summary panel with a baselines file.
   baselines_path = str(tmp_path / 'baselines.json')
-  continual.write_json(baselines_path, continual_metrics.baselines_json(
+  schedule_lib.write_json(baselines_path, continual_metrics.baselines_json(
       continual_metrics.Baselines({TASKS[0]: (0.0, 40.0)}, {})))
   metrics_path = str(tmp_path / 'metrics.json')
   result = subprocess.run(command + [f'--baselines={baselines_path}',
@@ -461,7 +463,7 @@ def test_group_seeds_draws_the_mean_and_interval(seed_runs, tmp_path,
 def test_group_seeds_table_and_metrics_on_the_command_line(seed_runs,
                                                             tmp_path):
   baselines = str(tmp_path / 'baselines.json')
-  continual.write_json(baselines, continual_metrics.baselines_json(
+  schedule_lib.write_json(baselines, continual_metrics.baselines_json(
       continual_metrics.Baselines(NORMALIZATION, {})))
   out, table, table_json, metrics = (
       str(tmp_path / name) for name in ('fig.png', 'report/table.md',

@@ -19,6 +19,7 @@ from clear.algorithms.ppg import losses as ppg_losses
 from clear.algorithms.ppg import networks as ppg_networks
 from clear.algorithms.ppg import policy as ppg
 from clear.ops import value_estimators
+from clear.runtime import run_config
 from clear.runtime import run_loop
 import envs
 
@@ -697,7 +698,7 @@ def test_acting_restore_init_from_and_rng_state(tmp_path, eager):
 
 
 def test_trains_through_the_run_loop(tmp_path, eager):
-  config = run_loop.RunConfig(
+  config = run_config.RunConfig(
       env_name='gym:CartPole-v1', env_options={}, algorithm='ppg',
       agent_config=_AGENT,
       learner_config=_config(aux_freq=2, aux_train_epoch=1),

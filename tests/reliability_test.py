@@ -25,6 +25,7 @@ from absl.testing import flagsaver
 from clear import checkpoint as checkpoint_lib
 from clear import plot
 from clear import train
+from clear.runtime import run_config
 from clear.runtime import run_lock
 from clear.runtime import run_loop
 
@@ -683,7 +684,7 @@ class AlwaysCrashingMockEnvForTest(mock_sc2_env.SC2TestEnv):
 
 
 def sc2_config(logdir, factory, backend):
-  return run_loop.RunConfig(
+  return run_config.RunConfig(
       env_name='sc2:MoveToBeacon',
       env_options={'env_factory': factory, 'max_env_failures': 3,
                    'screen_size': 16, 'minimap_size': 16},

@@ -10,6 +10,7 @@ from clear.algorithms import registry
 from clear.algorithms.impala import learner as learner_lib
 from clear.replay import buffer as replay
 from clear.runtime import resources
+from clear.runtime import run_config
 from clear.runtime import run_loop
 
 GB = 10**9
@@ -75,7 +76,7 @@ def test_off_policy_capacities_are_named_in_transitions():
 
 
 def default_replay_need(env_name, core_size, num_envs=1):
-  spec = run_loop.env_spec(run_loop.RunConfig(
+  spec = run_config.env_spec(run_config.RunConfig(
       env_name, {}, 'impala', policy_lib.AgentConfig('auto', core_size),
       learner_lib.LearnerConfig(), '/nonexistent'))
   policy = registry.make_policy('impala', spec,

@@ -15,6 +15,8 @@ from clear import snapshot
 from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
 from clear.algorithms.impala import learner as learner_lib
+from clear.runtime import evaluation
+from clear.runtime import run_config
 from clear.runtime import run_loop
 
 
@@ -24,7 +26,7 @@ def make_config(logdir, **kwargs):
   learner_config = learner_lib.LearnerConfig(
       **{'batch_size': 4, 'num_replay': 2, 'unroll_length': 5,
          'total_environment_frames': 5000, **learner_kwargs})
-  return run_loop.RunConfig(
+  return run_config.RunConfig(
       **{'env_name': 'gym:CartPole-v1', 'env_options': {},
          'algorithm': 'impala',
          'agent_config': policy_lib.AgentConfig('mlp', 8),
@@ -167,7 +169,7 @@ def test_init_from_loads_only_the_part_asked_for(tmp_path):
                            init_from=str(tmp_path / 'pretrain'),
                            init_scope='critic')
   agent = run_loop._Run(main).policy.agent
-  fresh = registry.make_policy('impala', run_loop.env_spec(main),
+  fresh = registry.make_policy('impala', run_config.env_spec(main),
                                  main.agent_config, seed=2).agent
   for target, expected in zip(agent.critic_variables,
                               source.critic_variables):
@@ -191,9 +193,9 @@ def test_init_from_loads_only_the_part_asked_for(tmp_path):
 def test_evaluate_writes_the_summary_json(tmp_path):
   config = make_config(tmp_path, backend='inline')
   run_loop.train(config, max_updates=2)
-  summary = run_loop.evaluate(config, num_episodes=5)
+  summary = evaluation.evaluate(config, num_episodes=5)
   assert not os.path.exists(os.path.join(str(tmp_path), 'test_results.json'))
-  path = run_loop.write_test_results(config.logdir, summary)
+  path = evaluation.write_test_results(config.logdir, summary)
   assert path == os.path.join(str(tmp_path), 'test_results.json')
   with open(path) as f:
     written = json.load(f)
@@ -210,7 +212,7 @@ def test_evaluate_writes_the_summary_json(tmp_path):
 
 def test_evaluate_without_a_checkpoint_fails_clearly(tmp_path):
   with pytest.raises(checkpoint_lib.CheckpointError, match='train first'):
-    run_loop.evaluate(make_config(tmp_path), num_episodes=2)
+    evaluation.evaluate(make_config(tmp_path), num_episodes=2)
 
 
 def scalar_series(logdir, tag):

@@ -14,6 +14,7 @@ from absl.testing import flagsaver
 
 from clear import plot
 from clear import train
+from clear.runtime import run_config
 from clear.runtime import run_loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -424,7 +425,7 @@ def test_a_resume_keeps_the_settings_its_run_json_records(tmp_path, caplog,
   old = _atari_config(f'--logdir={logdir}', '--batch_size=32',
                       '--total_environment_frames=40000000')
   train.checkpoint_lib.check_run_identity(
-      logdir, run_loop.run_identity(old), run_loop.run_settings(old))
+      logdir, run_config.run_identity(old), run_config.run_settings(old))
   with open(os.path.join(logdir, 'run.json')) as f:
     recorded = json.load(f)['settings']
   assert recorded == {'batch_size': 32,
@@ -452,7 +453,7 @@ def test_a_resume_keeps_the_settings_its_run_json_records(tmp_path, caplog,
   assert longer.learner_config.total_environment_frames == 60_000_000
   assert longer.learner_config.batch_size == 32
   train.checkpoint_lib.check_run_identity(
-      logdir, run_loop.run_identity(longer), run_loop.run_settings(longer))
+      logdir, run_config.run_identity(longer), run_config.run_settings(longer))
   again = _atari_config(f'--logdir={logdir}')
   assert again.learner_config.total_environment_frames == 60_000_000
   with open(os.path.join(logdir, 'run.json')) as f:
@@ -465,7 +466,7 @@ def test_a_resume_keeps_the_settings_its_run_json_records(tmp_path, caplog,
   # A run.json from before runs recorded their settings: today's defaults,
   # with a warning that names them.
   older = str(tmp_path / 'older')
-  train.checkpoint_lib.check_run_identity(older, run_loop.run_identity(old))
+  train.checkpoint_lib.check_run_identity(older, run_config.run_identity(old))
   caplog.clear()
   with caplog.at_level('WARNING'):
     legacy = _atari_config(f'--logdir={older}', '--batch_size=32')
@@ -484,7 +485,7 @@ def test_a_resume_keeps_its_replay_size_and_checks_what_run_json_holds(
   logdir = str(tmp_path / 'run')
   big = _atari_config(f'--logdir={logdir}', '--replay_buffer_size=20000')
   train.checkpoint_lib.check_run_identity(
-      logdir, run_loop.run_identity(big), run_loop.run_settings(big))
+      logdir, run_config.run_identity(big), run_config.run_settings(big))
   assert _atari_config(f'--logdir={logdir}').replay_buffer_size == 20_000
   assert _atari_config(f'--logdir={logdir}', '--replay_buffer_size=5000'
                       ).replay_buffer_size == 5000
@@ -510,7 +511,7 @@ def test_a_kept_setting_is_validated_against_the_flags_given(tmp_path):
   old = _atari_config(f'--logdir={logdir}',
                       '--total_environment_frames=40000000')
   train.checkpoint_lib.check_run_identity(
-      logdir, run_loop.run_identity(old), run_loop.run_settings(old))
+      logdir, run_config.run_identity(old), run_config.run_settings(old))
   result = run_binary('--env=atari:Pong', f'--logdir={logdir}',
                       '--num_critic_pretrain_frames=50000000', timeout=120)
   assert result.returncode == 2, result.stderr[-3000:]
@@ -554,27 +555,27 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
   assert default.learner_config.rmsprop_fan_in_reference == 0
   # run.json records core options only when they are not the defaults, so
   # runs made before the options existed resume unchanged.
-  identity = train.run_loop.run_identity(config)
+  identity = run_config.run_identity(config)
   assert (identity['core'], identity['lstm_init'],
           identity['torso_grad_scale'], identity['torso_activation'],
           identity['torso_norm']) == (
               'layer_norm_lstm', 'glorot', 0.5, 'elu', 'layer_norm')
   assert not {'core', 'lstm_init', 'torso_grad_scale', 'torso_activation',
-              'torso_norm'} & set(train.run_loop.run_identity(default))
+              'torso_norm'} & set(run_config.run_identity(default))
   # Atari's default norm is recorded, so a run made before it became the
   # default (no torso_norm in run.json) is refused to the new defaults and
   # resumes with --torso_norm=none.
-  assert train.run_loop.run_identity(atari_default)['torso_norm'] == (
+  assert run_config.run_identity(atari_default)['torso_norm'] == (
       'layer_norm')
   train.checkpoint_lib.check_run_identity(
-      str(tmp_path), train.run_loop.run_identity(default))
+      str(tmp_path), run_config.run_identity(default))
   with pytest.raises(train.checkpoint_lib.CheckpointError,
                      match="torso_norm: checkpoint has None, flags say "
                            "'layer_norm'"):
     train.checkpoint_lib.check_run_identity(
-        str(tmp_path), train.run_loop.run_identity(atari_default))
+        str(tmp_path), run_config.run_identity(atari_default))
   train.checkpoint_lib.check_run_identity(
-      str(tmp_path), train.run_loop.run_identity(default))
+      str(tmp_path), run_config.run_identity(default))
   # Test mode takes a saved core; a run.json without one had Sonnet's LSTM,
   # and a flag for another core is refused by name.
   saved = {'algorithm': 'impala', 'core_size': 256, 'env': 'atari:Pong',

@@ -51,8 +51,9 @@ def learner_config(config, schedule):
   """`config.learner_config` with one EWC slot per distinct task.
 
   Args:
-    config: the run's `run_loop.RunConfig`.
-    schedule: its `continual.TaskSchedule`, or None for a single env.
+    config: the run's `clear.runtime.run_config.RunConfig`.
+    schedule: its `clear.continual.schedule.TaskSchedule`, or None for a
+      single env.
 
   Raises:
     CheckpointError: the logdir holds a run of another method (also 'none'

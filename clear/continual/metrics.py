@@ -2,7 +2,7 @@ r"""Continual-learning metrics of a run's evaluations, and their baselines.
 
 Every metric that `continual_metrics.json` holds is defined here, in one
 place. `forgetting_metrics(history, schedule, reference, normalization)`
-computes them all from a run's `clear.continual.schedule.EvalHistory` and
+computes them all from a run's `clear.continual.history.EvalHistory` and
 `TaskSchedule`; `clear.runtime.run_loop` writes them at the end of a sequence
 run and `clear.plot --metrics_out` for many runs from their event files.
 
@@ -113,7 +113,9 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-from clear.continual import schedule as continual
+from clear.continual import history as history_lib
+from clear.continual import schedule as schedule_lib
+
 
 # CORA's forgetting counts the segments of this many cycles (its default).
 CORA_FORGETTING_CYCLES = 1
@@ -160,7 +162,7 @@ def _nearest(frames: np.ndarray, target: int) -> int:
   return int(np.argmin(np.abs(frames - target)))
 
 
-def _visits(frames: np.ndarray, segments: Sequence[continual.Segment]
+def _visits(frames: np.ndarray, segments: Sequence[schedule_lib.Segment]
             ) -> List[Tuple[int, int]]:
   """For each of a task's segments that ended by the last evaluation: the
   indices (in `frames`) of the evaluations nearest its end and nearest the
@@ -182,7 +184,7 @@ def _visits(frames: np.ndarray, segments: Sequence[continual.Segment]
 
 
 def task_metrics(task: str, frames: np.ndarray, returns: np.ndarray,
-                 schedule: continual.TaskSchedule,
+                 schedule: schedule_lib.TaskSchedule,
                  normalization: Dict[str, Tuple[float, float]],
                  notes: List[str]) -> dict:
   """Task `task`'s `per_task` entry (final, best and end-of-training
@@ -231,7 +233,7 @@ def task_metrics(task: str, frames: np.ndarray, returns: np.ndarray,
 # --- Average performance ----------------------------------------------------
 
 
-def average_return_curves(history: continual.EvalHistory, tasks,
+def average_return_curves(history: history_lib.EvalHistory, tasks,
                           normalization: Dict[str, Tuple[float, float]]
                           ) -> Tuple[List[float], List[float]]:
   """Per evaluation, the mean return over `tasks` and the mean normalised
@@ -254,7 +256,7 @@ def average_return_curves(history: continual.EvalHistory, tasks,
 
 
 def forward_transfer(
-    history: continual.EvalHistory, schedule: continual.TaskSchedule,
+    history: history_lib.EvalHistory, schedule: schedule_lib.TaskSchedule,
     tasks, reference: Dict[str, Sequence[Tuple[int, float]]],
     normalization: Dict[str, Tuple[float, float]],
     notes: List[str]) -> Dict[str, Optional[float]]:
@@ -309,7 +311,7 @@ class CoraMetrics(NamedTuple):
 
 
 def cora_pairs(frames: np.ndarray, first_segment: int,
-               schedule: continual.TaskSchedule,
+               schedule: schedule_lib.TaskSchedule,
                cycles: int = CORA_FORGETTING_CYCLES
                ) -> Tuple[Dict[int, Tuple[int, int]],
                           Dict[int, Tuple[int, int]]]:
@@ -334,8 +336,8 @@ def cora_pairs(frames: np.ndarray, first_segment: int,
           pairs(range(first_segment)))
 
 
-def cora_metrics(history: continual.EvalHistory,
-                 schedule: continual.TaskSchedule,
+def cora_metrics(history: history_lib.EvalHistory,
+                 schedule: schedule_lib.TaskSchedule,
                  cycles: int = CORA_FORGETTING_CYCLES,
                  notes: Optional[List[str]] = None) -> CoraMetrics:
   """CORA's isolated forgetting and zero-shot forward transfer of a run
@@ -427,7 +429,7 @@ def cora_rescaled(runs: Sequence[dict]) -> List[Tuple[Optional[float],
 
 
 def forgetting_metrics(
-    history: continual.EvalHistory, schedule: continual.TaskSchedule,
+    history: history_lib.EvalHistory, schedule: schedule_lib.TaskSchedule,
     reference: Optional[Dict[str, Sequence[Tuple[int, float]]]] = None,
     normalization: Optional[Dict[str, Tuple[float, float]]] = None,
     cora_cycles: int = CORA_FORGETTING_CYCLES) -> dict:
@@ -461,7 +463,7 @@ def forgetting_metrics(
     if not np.isfinite(low) or not np.isfinite(high) or high == low:
       raise ValueError(f'forgetting_metrics: normalization of {task!r} '
                        f'needs finite low != high, got {(low, high)}.')
-  tasks = continual.unique_names(list(schedule.unique_task_names) +
+  tasks = schedule_lib.unique_names(list(schedule.unique_task_names) +
                                  history.tasks)
   notes = []
   per_task = {}
@@ -608,4 +610,4 @@ def write_metrics_json(path: str, metrics: dict):
   directory = os.path.dirname(path)
   if directory:
     os.makedirs(directory, exist_ok=True)
-  continual.write_json(path, clean(metrics))
+  schedule_lib.write_json(path, clean(metrics))

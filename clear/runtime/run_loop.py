@@ -1,5 +1,8 @@
 """The training run: actors feed unrolls, replay mixes them, the learner learns.
 
+A run is made from a `clear.runtime.run_config.RunConfig`; its evaluations
+and test mode are `clear.runtime.evaluation`.
+
 Phases, in order, recorded in the checkpoint so a resumed run continues in
 the right one:
   0 `prefill`: fresh unrolls only fill the replay buffer (when replay is on
@@ -19,12 +22,11 @@ continues exactly where the interrupted one stopped.
 
 import collections
 import glob
-import json
 import logging
 import os
 import shutil
 import time
-from typing import Callable, Dict, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -34,96 +36,21 @@ from clear import checkpoint as checkpoint_lib
 from clear import snapshot
 from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
-from clear.algorithms.impala import config as impala_config
+from clear.continual import history as history_lib
 from clear.continual import methods as continual_methods
-from clear.continual import metrics as continual_metrics
-from clear.continual import schedule as continual
 from clear.ops import transitions
 from clear.replay import buffer as replay_lib
 from clear.runtime import actor as actor_lib
 from clear.runtime import actor_pool as pool_lib
 from clear.runtime import devices
+from clear.runtime import evaluation as evaluation_lib
 from clear.runtime import progress
-from clear.runtime import record as record_lib
 from clear.runtime import resources
+from clear.runtime import run_config as run_config_lib
 from clear.runtime import run_lock
-from envs import multitask
 
 PHASES = ('prefill', 'critic', 'main')
 PREFILL, CRITIC, MAIN = range(3)
-
-
-class RunConfig(NamedTuple):
-  """Everything a run needs besides the learner's hyperparameters.
-
-  Attributes:
-    env_name, env_options: what `envs.make` builds.
-    algorithm: a `registry.ALGORITHMS` key.
-    agent_config: `policy.AgentConfig`.
-    learner_config: `impala_config.LearnerConfig`, or the config of another
-      algorithm (its num_replay is the replayed share of each batch).
-    logdir: where everything is written.
-    seed: base seed.
-    num_actors, envs_per_actor: actor layout.
-    replay_buffer_size: capacity in unrolls.
-    replay_sampling: 'reservoir' or 'fifo'.
-    replay_storage: 'memory' or 'memmap' (under logdir/replay_memmap).
-    replay_prefill_unrolls: unrolls put in replay before the first update.
-    num_critic_pretrain_frames: frames of critic pretraining.
-    backend: 'local', 'inline' or 'ray'; ray_address: a Ray cluster, or ''
-      for a local Ray; ray_actor_resource: a custom Ray resource each actor
-      needs one unit of (only nodes started with it run actors), or ''.
-    learner_device: 'auto', 'cpu', 'gpu' or a TensorFlow device such as
-      '/GPU:1' (see `devices.learner_device`); actors never use a GPU.
-    checkpoint_interval_s, log_interval_s: periods of those writes.
-    max_actor_restarts: dead-actor restarts before the run fails.
-    allow_empty_replay_on_resume: resume even when the checkpoint's replay
-      contents are missing, with an empty buffer (logged as a warning).
-    stop_on_nonfinite: stop the run at the first update skipped for
-      non-finite numbers (by default such updates are skipped and counted).
-    init_from: a run (logdir or checkpoint) whose weights start this one;
-      only used when the logdir holds no checkpoint of its own.
-    init_scope: which weights `init_from` loads: 'all', 'critic' (e.g. a
-      critic-pretraining run) or 'policy'.
-    frames_per_task, num_task_cycles: for a task sequence (`env_name`
-      'gym:A,gym:B'): frames each task trains for before the next one, and
-      how often the sequence repeats (`total_environment_frames` must be
-      their product times the number of tasks).
-    eval_interval_frames: evaluate every task of the env every this many
-      frames (0: only sequences evaluate, at each task's end).
-    eval_episodes: episodes per task and evaluation.
-    eval_max_steps: agent steps after which an evaluation episode is cut.
-  """
-  env_name: str
-  env_options: dict
-  algorithm: str
-  agent_config: policy_lib.AgentConfig
-  learner_config: impala_config.LearnerConfig
-  logdir: str
-  seed: int = 0
-  num_actors: int = 1
-  envs_per_actor: int = 16
-  replay_buffer_size: int = 10000
-  replay_sampling: str = 'reservoir'
-  replay_storage: str = 'memory'
-  replay_prefill_unrolls: int = 0
-  num_critic_pretrain_frames: int = 0
-  backend: str = 'local'
-  ray_address: str = ''
-  ray_actor_resource: str = ''
-  learner_device: str = 'auto'
-  checkpoint_interval_s: float = 600.0
-  log_interval_s: float = 10.0
-  max_actor_restarts: int = 20
-  allow_empty_replay_on_resume: bool = False
-  stop_on_nonfinite: bool = False
-  init_from: str = ''
-  init_scope: str = 'all'
-  frames_per_task: int = 0
-  num_task_cycles: int = 1
-  eval_interval_frames: int = 0
-  eval_episodes: int = 10
-  eval_max_steps: int = 27_000
 
 
 class NonFiniteUpdate(RuntimeError):
@@ -140,89 +67,6 @@ class RunResult(NamedTuple):
   wall_time_s: float
   first_update_s: float
   stopped_early: bool
-
-
-def env_spec(config: RunConfig):
-  """The env's spec, from a throwaway single env."""
-  import envs  # pylint: disable=g-import-not-at-top
-  env = envs.make(config.env_name, num_envs=1, seed=config.seed,
-                  **config.env_options)
-  try:
-    return env.spec
-  finally:
-    env.close()
-
-
-def run_identity(config: RunConfig):
-  """What a checkpoint must have been made for to be resumed by `config`."""
-  identity = {'env': config.env_name, 'algorithm': config.algorithm,
-              'network': config.agent_config.network,
-              'core_size': config.agent_config.core_size,
-              'separate_critic': config.agent_config.separate_critic,
-              'env_options': {k: config.env_options[k]
-                              for k in sorted(config.env_options)}}
-  # Core options only when they are not the defaults, which every run made
-  # before they existed had: those runs' run.json stay valid.
-  for name in policy_lib.CORE_OPTION_FIELDS:
-    value = getattr(config.agent_config, name)
-    if value != policy_lib.AgentConfig._field_defaults[name]:
-      identity[name] = value
-  if multitask.is_sequence(config.env_name):
-    identity.update(frames_per_task=config.frames_per_task,
-                    num_task_cycles=config.num_task_cycles)
-  identity.update(continual_methods.identity(config.learner_config))
-  return identity
-
-
-# Learner settings a run records in its run.json (see `run_settings`).
-# Each is a RunConfig field or one of its learner config's; those of
-# `continual_methods.SETTINGS` only with a continual method.
-RECORDED_SETTINGS = ('batch_size', 'total_environment_frames',
-                     'learning_rate', 'optimizer', 'reward_scaling',
-                     'envs_per_actor',
-                     'replay_buffer_size') + continual_methods.SETTINGS
-
-
-def run_settings(config: RunConfig) -> Dict[str, object]:
-  """The settings of `config` that a resume may change (the batch size, the
-  schedule, ...): run.json records the ones a run last ran with, and
-  `clear.train` keeps them when a resume leaves their flags unset."""
-  settings = {}
-  method = continual_methods.method_of(config.learner_config)
-  for name in RECORDED_SETTINGS:
-    if name in continual_methods.SETTINGS and method == 'none':
-      continue
-    holder = config if name in RunConfig._fields else config.learner_config
-    if hasattr(holder, name):  # The ports' configs lack some.
-      settings[name] = getattr(holder, name)
-  return settings
-
-
-def task_schedule(config: RunConfig) -> Optional[continual.TaskSchedule]:
-  """The schedule of a task-sequence run, None for a single env.
-
-  Raises:
-    ValueError: the schedule does not cover `total_environment_frames`.
-  """
-  if not multitask.is_sequence(config.env_name):
-    return None
-  schedule = continual.TaskSchedule(multitask.split_sequence(config.env_name),
-                                    config.frames_per_task,
-                                    config.num_task_cycles)
-  total = config.learner_config.total_environment_frames
-  if schedule.total_frames != total:
-    raise ValueError(
-        f'A task sequence trains for frames_per_task x tasks x cycles = '
-        f'{schedule.total_frames:,} frames, but total_environment_frames is '
-        f'{total:,}.')
-  return schedule
-
-
-def env_options_at(config: RunConfig, schedule, frames: int) -> dict:
-  """The env options of the task trained at `frames`."""
-  if schedule is None:
-    return dict(config.env_options)
-  return {**config.env_options, 'task': schedule.task_at(frames)}
 
 
 def split_batch_major(nest, batch_size: int):
@@ -242,7 +86,7 @@ def split_unrolls(unroll):
 class _Run:
   """The state of one training run (see `train`)."""
 
-  def __init__(self, config: RunConfig):
+  def __init__(self, config: run_config_lib.RunConfig):
     self.config = config
     lc = config.learner_config
     self.num_replay = lc.num_replay
@@ -250,11 +94,11 @@ class _Run:
     # Nothing is written before every check and restore has passed: run.json
     # is written by `record_identity`.
     self.accepted = False
-    spec = env_spec(config)
-    self.schedule = task_schedule(config)
+    spec = run_config_lib.env_spec(config)
+    self.schedule = run_config_lib.task_schedule(config)
     lc = continual_methods.learner_config(config, self.schedule)
-    saved_identity = checkpoint_lib.verify_run_identity(config.logdir,
-                                                        run_identity(config))
+    saved_identity = checkpoint_lib.verify_run_identity(
+        config.logdir, run_config_lib.run_identity(config))
     self.policy = registry.make_policy(config.algorithm, spec,
                                          config.agent_config, lc,
                                          seed=config.seed)
@@ -289,7 +133,7 @@ class _Run:
     self.pending = collections.deque()
     self.actor_state = None  # Saved actors to continue, if any.
     self._segment = None  # The task segment `end_task` last saw.
-    self.eval_history = continual.EvalHistory()
+    self.eval_history = history_lib.EvalHistory()
     # Seconds this run has spent running, summed over its resumes.
     self._run_time_before = 0.0
     self._started = time.monotonic()
@@ -302,9 +146,9 @@ class _Run:
     """Records the run in run.json, once its start is accepted (every check
     and restore passed); a refused start writes nothing."""
     if not self.accepted:
-      checkpoint_lib.write_run_identity(self.config.logdir,
-                                        run_identity(self.config),
-                                        run_settings(self.config))
+      checkpoint_lib.write_run_identity(
+          self.config.logdir, run_config_lib.run_identity(self.config),
+          run_config_lib.run_settings(self.config))
       self.accepted = True
 
   @property
@@ -383,7 +227,7 @@ class _Run:
     self.lags.extend(state['lags'].tolist())
     self._run_time_before = float(state.get('run_time_s', 0.0))
     if 'eval_history/frames' in state:
-      self.eval_history = continual.EvalHistory.from_arrays(
+      self.eval_history = history_lib.EvalHistory.from_arrays(
           snapshot.subset('eval_history', state))
     try:
       self.actor_state = snapshot.load(os.path.join(directory, 'actors.npz'))
@@ -589,7 +433,7 @@ def _continue_actors(pool, actor_state: Optional[snapshot.Arrays]):
   logging.info('Actors continue their saved episodes.')
 
 
-def _check_finite(stats, config: RunConfig):
+def _check_finite(stats, config: run_config_lib.RunConfig):
   """Logs a skipped non-finite update; raises if the run must stop."""
   if not bool(stats.get('skipped', False)):
     return
@@ -638,52 +482,7 @@ def _log_progress(run: _Run, pool, frame_rate, step_rate, total):
                  run.buffer.nbytes / 1e6)
 
 
-class _Evaluation:
-  """Periodic evaluation of every task with the learner's current weights.
-
-  Evaluation uses its own acting policy and envs (seeded apart from the
-  actors'), so it never changes what training sees.
-  """
-
-  def __init__(self, run: _Run):
-    config = run.config
-    self._run = run
-    policy = registry.make_policy(config.algorithm, run.policy.spec,
-                                    config.agent_config,
-                                    seed=config.seed + 1)
-    self._evaluator = continual.Evaluator(
-        config.env_name, config.env_options, policy,
-        num_episodes=config.eval_episodes, seed=config.seed + 104_729,
-        max_steps=config.eval_max_steps)
-    if run.schedule is not None:
-      continual.write_tasks_json(config.logdir, run.schedule)
-
-  def maybe_evaluate(self, force: bool = False):
-    run = self._run
-    done = len(run.eval_history) and (
-        run.eval_history.records[-1].frames == run.frames)
-    if done or not (force or run.eval_due()):
-      return
-    results = self._evaluator.evaluate(run.policy.get_weights())
-    run.eval_history.append(run.frames, results)
-    continual.write_eval_summaries(results, run.frames)
-    logging.info('eval at %s frames: %s', f'{run.frames:,}', ', '.join(
-        f'{name} {value:.1f}' for name, value in results.items()))
-
-  def finish(self):
-    """Writes the continual-learning metrics of a task sequence."""
-    run = self._run
-    self._evaluator.close()
-    if run.schedule is None or not len(run.eval_history):
-      return
-    metrics = continual_metrics.forgetting_metrics(run.eval_history,
-                                                   run.schedule)
-    path = os.path.join(run.config.logdir, 'continual_metrics.json')
-    continual_metrics.write_metrics_json(path, metrics)
-    logging.info('Continual-learning metrics written to %s.', path)
-
-
-def train(config: RunConfig,
+def train(config: run_config_lib.RunConfig,
           stop_requested: Callable[[], bool] = lambda: False,
           max_updates: Optional[int] = None,
           on_start: Callable[[], None] = lambda: None) -> RunResult:
@@ -727,7 +526,8 @@ def _train(config, stop_requested, max_updates, on_start, lock):
   def make_pool():
     pool_config = pool_lib.ActorPoolConfig(
         env_name=config.env_name,
-        env_options=env_options_at(config, run.schedule, run.frames),
+        env_options=run_config_lib.env_options_at(config, run.schedule,
+                                                  run.frames),
         envs_per_actor=config.envs_per_actor, algorithm=config.algorithm,
         agent_config=config.agent_config, unroll_length=lc.unroll_length,
         num_actors=config.num_actors, seed=config.seed + 7919 * run.version,
@@ -781,7 +581,7 @@ def _train(config, stop_requested, max_updates, on_start, lock):
   evaluation = None
   try:
     if run.schedule is not None or config.eval_interval_frames:
-      evaluation = _Evaluation(run)
+      evaluation = evaluation_lib.PeriodicEvaluation(run)
     _continue_actors(pool, run.actor_state)
     pool.publish(weights, run.version)
     frame_rate = progress.Rate(run.frames)
@@ -846,99 +646,3 @@ def _train(config, stop_requested, max_updates, on_start, lock):
   return RunResult(run.frames, run.policy.num_updates, run.phase_name,
                    run.episodes.mean_return, run.episodes.total,
                    time.monotonic() - start, first_update_s, stopped_early)
-
-
-def _summary(returns) -> dict:
-  """Mean, median, spread and the normal 95% interval of the mean."""
-  returns = np.asarray(returns, np.float64)
-  half_width = 1.96 * returns.std(ddof=1) / np.sqrt(len(returns)) if len(
-      returns) > 1 else 0.0
-  return {
-      'num_episodes': int(len(returns)), 'mean': float(returns.mean()),
-      'median': float(np.median(returns)), 'std': float(returns.std()),
-      'min': float(returns.min()), 'max': float(returns.max()),
-      'ci95': [float(returns.mean() - half_width),
-               float(returns.mean() + half_width)],
-      'returns': returns.tolist(),
-  }
-
-
-TEST_RESULTS_FILE = 'test_results.json'
-
-
-def evaluate(config: RunConfig, num_episodes: int) -> dict:
-  """Plays `num_episodes` with the newest readable checkpoint.
-
-  Returns:
-    Dict with the env, the checkpoint, the returns and their mean, median,
-    std, min, max and the 95% interval of the mean (normal approximation);
-    for a task sequence, one such summary per task under 'tasks'. See
-    `write_test_results`.
-
-  Raises:
-    CheckpointError: no readable checkpoint, or one of another network.
-  """
-  if num_episodes < 1:
-    raise ValueError(f'test_num_episodes must be >= 1, got {num_episodes}.')
-  policy, path = _restored_acting_policy(config)
-  evaluator = continual.Evaluator(
-      config.env_name, config.env_options, policy,
-      num_episodes=num_episodes, seed=config.seed + 1,
-      max_steps=config.eval_max_steps)
-  try:
-    results = evaluator.evaluate_tasks()
-  finally:
-    evaluator.close()
-  summary = {'env': config.env_name, 'checkpoint': path}
-  if multitask.is_sequence(config.env_name):
-    summary['tasks'] = {name: _summary(result.returns)
-                        for name, result in results.items()}
-  else:
-    summary.update(_summary(results[config.env_name].returns))
-  return summary
-
-
-def _restored_acting_policy(config: RunConfig):
-  """The run's policy with the newest readable checkpoint's acting weights.
-
-  Returns:
-    (policy, checkpoint path).
-  """
-  policy = registry.make_policy(config.algorithm, env_spec(config),
-                                  config.agent_config, seed=config.seed)
-  path = checkpoint_lib.restore_part(
-      os.path.join(config.logdir, 'checkpoints'),
-      policy.acting_checkpointables())
-  return policy, path
-
-
-def record_episode(config: RunConfig, path: str) -> record_lib.Recording:
-  """Plays one episode (seed `config.seed + 2`, the first task of a
-  sequence) with the newest readable checkpoint and writes it to `path`, a
-  GIF or an MP4 of what the agent saw (`clear.runtime.record`)."""
-  import envs  # pylint: disable=g-import-not-at-top
-  policy, _ = _restored_acting_policy(config)
-  options = dict(config.env_options)
-  if multitask.is_sequence(config.env_name):
-    options['task'] = 0
-  env = envs.make(config.env_name, num_envs=1, seed=config.seed + 2,
-                  **options)
-  try:
-    return record_lib.record_episode(env, policy, path,
-                                     max_steps=config.eval_max_steps)
-  finally:
-    env.close()
-
-
-def write_test_results(logdir: str, summary: dict) -> str:
-  """Writes `evaluate`'s summary to `logdir/test_results.json` (atomically:
-  a temporary file, then a rename); returns the path.
-
-  Raises:
-    OSError: the file cannot be written.
-  """
-  out = os.path.join(logdir, TEST_RESULTS_FILE)
-  with open(out + '.tmp', 'w') as f:
-    json.dump(summary, f, indent=2)
-  os.replace(out + '.tmp', out)
-  return out

@@ -29,7 +29,7 @@ import numpy as np
 
 from clear import plot
 from clear.continual import metrics as continual_metrics
-from clear.continual import schedule as continual
+from clear.continual import schedule as schedule_lib
 import envs
 from envs import minatar
 
@@ -88,7 +88,7 @@ def main(argv):
       f'high: the single-task run\'s mean evaluation return over its '
       f'evaluations within {f.window:,} frames of {f.frames:,} frames.',
       f'curve: the single-task run\'s evaluations ({f.single_task_root}).']
-  continual.write_json(f.out, continual_metrics.baselines_json(
+  schedule_lib.write_json(f.out, continual_metrics.baselines_json(
       continual_metrics.Baselines(normalization, reference), notes))
   print(json.dumps(table, indent=1))
   print(f'Wrote {f.out}')

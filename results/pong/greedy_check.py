@@ -21,8 +21,7 @@ import tensorflow as tf
 
 from agents import heads
 from clear.algorithms.impala import policy as impala_policy
-from clear.continual import schedule as continual
-from clear.runtime import run_loop
+from clear.runtime import evaluation
 import envs
 import run_files  # results/pong/run_files.py, beside this script.
 
@@ -63,7 +62,7 @@ class Acting:
 
 def play(policy, greedy: bool) -> dict:
   acting = Acting(policy, greedy)
-  evaluator = continual.Evaluator('atari:Pong', {}, acting,
+  evaluator = evaluation.Evaluator('atari:Pong', {}, acting,
                                   num_episodes=FLAGS.num_episodes,
                                   seed=FLAGS.seed)
   try:
@@ -72,7 +71,7 @@ def play(policy, greedy: bool) -> dict:
     evaluator.close()
   probs = np.concatenate(acting.probs)
   moves = np.stack([probs[:, list(m)].sum(-1) for m in MOVES], -1)
-  summary = run_loop._summary(returns)  # pylint: disable=protected-access
+  summary = evaluation.summarize_returns(returns)
   summary.update(
       policy_steps=int(len(probs)),
       mean_entropy=round(float(_entropy(probs).mean()), 3),

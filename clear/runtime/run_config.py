@@ -1,0 +1,174 @@
+"""What a run is: its config, the identity and settings run.json records,
+and the task schedule of a sequence.
+
+`RunConfig` holds everything a run needs besides the learner's
+hyperparameters (`clear.train` makes it from the flags). `run_identity` is
+what a checkpoint must have been made for to be resumed by a config, and
+`run_settings` what a resume may change; `clear.checkpoint` writes both to
+run.json and checks them.
+"""
+
+from typing import Dict, NamedTuple, Optional
+
+from clear.algorithms import policy as policy_lib
+from clear.algorithms.impala import config as impala_config
+from clear.continual import methods as continual_methods
+from clear.continual import schedule as schedule_lib
+from envs import multitask
+
+
+class RunConfig(NamedTuple):
+  """Everything a run needs besides the learner's hyperparameters.
+
+  Attributes:
+    env_name, env_options: what `envs.make` builds.
+    algorithm: a `registry.ALGORITHMS` key.
+    agent_config: `policy.AgentConfig`.
+    learner_config: `impala_config.LearnerConfig`, or the config of another
+      algorithm (its num_replay is the replayed share of each batch).
+    logdir: where everything is written.
+    seed: base seed.
+    num_actors, envs_per_actor: actor layout.
+    replay_buffer_size: capacity in unrolls.
+    replay_sampling: 'reservoir' or 'fifo'.
+    replay_storage: 'memory' or 'memmap' (under logdir/replay_memmap).
+    replay_prefill_unrolls: unrolls put in replay before the first update.
+    num_critic_pretrain_frames: frames of critic pretraining.
+    backend: 'local', 'inline' or 'ray'; ray_address: a Ray cluster, or ''
+      for a local Ray; ray_actor_resource: a custom Ray resource each actor
+      needs one unit of (only nodes started with it run actors), or ''.
+    learner_device: 'auto', 'cpu', 'gpu' or a TensorFlow device such as
+      '/GPU:1' (see `devices.learner_device`); actors never use a GPU.
+    checkpoint_interval_s, log_interval_s: periods of those writes.
+    max_actor_restarts: dead-actor restarts before the run fails.
+    allow_empty_replay_on_resume: resume even when the checkpoint's replay
+      contents are missing, with an empty buffer (logged as a warning).
+    stop_on_nonfinite: stop the run at the first update skipped for
+      non-finite numbers (by default such updates are skipped and counted).
+    init_from: a run (logdir or checkpoint) whose weights start this one;
+      only used when the logdir holds no checkpoint of its own.
+    init_scope: which weights `init_from` loads: 'all', 'critic' (e.g. a
+      critic-pretraining run) or 'policy'.
+    frames_per_task, num_task_cycles: for a task sequence (`env_name`
+      'gym:A,gym:B'): frames each task trains for before the next one, and
+      how often the sequence repeats (`total_environment_frames` must be
+      their product times the number of tasks).
+    eval_interval_frames: evaluate every task of the env every this many
+      frames (0: only sequences evaluate, at each task's end).
+    eval_episodes: episodes per task and evaluation.
+    eval_max_steps: agent steps after which an evaluation episode is cut.
+  """
+  env_name: str
+  env_options: dict
+  algorithm: str
+  agent_config: policy_lib.AgentConfig
+  learner_config: impala_config.LearnerConfig
+  logdir: str
+  seed: int = 0
+  num_actors: int = 1
+  envs_per_actor: int = 16
+  replay_buffer_size: int = 10000
+  replay_sampling: str = 'reservoir'
+  replay_storage: str = 'memory'
+  replay_prefill_unrolls: int = 0
+  num_critic_pretrain_frames: int = 0
+  backend: str = 'local'
+  ray_address: str = ''
+  ray_actor_resource: str = ''
+  learner_device: str = 'auto'
+  checkpoint_interval_s: float = 600.0
+  log_interval_s: float = 10.0
+  max_actor_restarts: int = 20
+  allow_empty_replay_on_resume: bool = False
+  stop_on_nonfinite: bool = False
+  init_from: str = ''
+  init_scope: str = 'all'
+  frames_per_task: int = 0
+  num_task_cycles: int = 1
+  eval_interval_frames: int = 0
+  eval_episodes: int = 10
+  eval_max_steps: int = 27_000
+
+
+def env_spec(config: RunConfig):
+  """The env's spec, from a throwaway single env."""
+  import envs  # pylint: disable=g-import-not-at-top
+  env = envs.make(config.env_name, num_envs=1, seed=config.seed,
+                  **config.env_options)
+  try:
+    return env.spec
+  finally:
+    env.close()
+
+
+def run_identity(config: RunConfig):
+  """What a checkpoint must have been made for to be resumed by `config`."""
+  identity = {'env': config.env_name, 'algorithm': config.algorithm,
+              'network': config.agent_config.network,
+              'core_size': config.agent_config.core_size,
+              'separate_critic': config.agent_config.separate_critic,
+              'env_options': {k: config.env_options[k]
+                              for k in sorted(config.env_options)}}
+  # Core options only when they are not the defaults, which every run made
+  # before they existed had: those runs' run.json stay valid.
+  for name in policy_lib.CORE_OPTION_FIELDS:
+    value = getattr(config.agent_config, name)
+    if value != policy_lib.AgentConfig._field_defaults[name]:
+      identity[name] = value
+  if multitask.is_sequence(config.env_name):
+    identity.update(frames_per_task=config.frames_per_task,
+                    num_task_cycles=config.num_task_cycles)
+  identity.update(continual_methods.identity(config.learner_config))
+  return identity
+
+
+# Learner settings a run records in its run.json (see `run_settings`).
+# Each is a RunConfig field or one of its learner config's; those of
+# `continual_methods.SETTINGS` only with a continual method.
+RECORDED_SETTINGS = ('batch_size', 'total_environment_frames',
+                     'learning_rate', 'optimizer', 'reward_scaling',
+                     'envs_per_actor',
+                     'replay_buffer_size') + continual_methods.SETTINGS
+
+
+def run_settings(config: RunConfig) -> Dict[str, object]:
+  """The settings of `config` that a resume may change (the batch size, the
+  schedule, ...): run.json records the ones a run last ran with, and
+  `clear.train` keeps them when a resume leaves their flags unset."""
+  settings = {}
+  method = continual_methods.method_of(config.learner_config)
+  for name in RECORDED_SETTINGS:
+    if name in continual_methods.SETTINGS and method == 'none':
+      continue
+    holder = config if name in RunConfig._fields else config.learner_config
+    if hasattr(holder, name):  # The ports' configs lack some.
+      settings[name] = getattr(holder, name)
+  return settings
+
+
+def task_schedule(config: RunConfig
+                  ) -> Optional[schedule_lib.TaskSchedule]:
+  """The schedule of a task-sequence run, None for a single env.
+
+  Raises:
+    ValueError: the schedule does not cover `total_environment_frames`.
+  """
+  if not multitask.is_sequence(config.env_name):
+    return None
+  schedule = schedule_lib.TaskSchedule(
+      multitask.split_sequence(config.env_name), config.frames_per_task,
+      config.num_task_cycles)
+  total = config.learner_config.total_environment_frames
+  if schedule.total_frames != total:
+    raise ValueError(
+        f'A task sequence trains for frames_per_task x tasks x cycles = '
+        f'{schedule.total_frames:,} frames, but total_environment_frames is '
+        f'{total:,}.')
+  return schedule
+
+
+def env_options_at(config: RunConfig, schedule, frames: int) -> dict:
+  """The env options of the task trained at `frames`."""
+  if schedule is None:
+    return dict(config.env_options)
+  return {**config.env_options, 'task': schedule.task_at(frames)}
