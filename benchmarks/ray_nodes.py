@@ -31,8 +31,8 @@ from absl.testing import flagsaver
 import numpy as np
 import tree
 
-from clear import train
 from clear.algorithms import registry
+from clear.cli import configs
 from clear.runtime import actor_pool
 
 FLAGS = flags.FLAGS
@@ -55,7 +55,7 @@ def pool_config(num_actors):
     args.append(f'--envs_per_actor={FLAGS.bench_envs_per_actor}')
   with flagsaver.flagsaver():
     FLAGS(args, known_only=True)
-    config = train.config_from_flags(FLAGS)
+    config = configs.config_from_flags(FLAGS)
   lc = config.learner_config
   step_mul = config.env_options.get('step_mul', 1)
   return actor_pool.ActorPoolConfig(

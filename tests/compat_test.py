@@ -31,7 +31,9 @@ import tensorflow as tf
 from absl import flags
 from absl.testing import flagsaver
 
-from clear import train
+from clear.cli import configs
+from clear.cli import run_json
+from clear.cli import validation
 from clear.runtime import evaluation
 from clear.runtime import run_loop
 
@@ -95,9 +97,9 @@ def config_from(logdir, *args):
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', f'--logdir={logdir}', '--log_interval_s=1000',
                  *COMMON, *args])
-    train.keep_run_settings(flags.FLAGS)
-    train.validate(flags.FLAGS)
-    return train.config_from_flags(flags.FLAGS)
+    run_json.keep_run_settings(flags.FLAGS)
+    validation.validate(flags.FLAGS)
+    return configs.config_from_flags(flags.FLAGS)
 
 
 def checkpoint_values(path):

@@ -16,6 +16,9 @@ from clear import types
 from clear.algorithms import policy as policy_lib
 from clear.algorithms.impala import learner as learner_lib
 from clear.algorithms.impala import policy as impala_policy
+from clear.cli import configs
+from clear.cli import run_json
+from clear.cli import validation
 from clear.continual import ewc
 from clear.runtime import run_config
 from clear.runtime import run_loop
@@ -389,9 +392,9 @@ def parse(*args):
   with flagsaver.flagsaver():
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--logdir=/nonexistent/ewc', *args])
-    train.keep_run_settings(flags.FLAGS)
-    train.validate(flags.FLAGS)
-    return train.config_from_flags(flags.FLAGS)
+    run_json.keep_run_settings(flags.FLAGS)
+    validation.validate(flags.FLAGS)
+    return configs.config_from_flags(flags.FLAGS)
 
 
 SEQUENCE = '--env=minatar:Breakout,minatar:Freeway'

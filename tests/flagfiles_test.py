@@ -4,7 +4,7 @@ Every result a results page shows is one command,
 `python -m clear.train --flagfile=results/<experiment>/.../flags/<run>.flags`
 plus a seed and a logdir. Each flagfile found under `results/` is parsed
 here with `clear.train`'s own flags (absl's `--flagfile=`), alone and with
-every flag back at its default first, then checked by `train.validate` and
+every flag back at its default first, then checked by `validation.validate` and
 turned into a run config, as the binary does before it starts. A flag that
 was renamed or removed, a value that no longer parses, and a combination
 the binary refuses all fail here rather than for a user.
@@ -19,6 +19,9 @@ from absl import flags
 from absl.testing import flagsaver
 
 from clear import train
+from clear.cli import configs
+from clear.cli import defaults
+from clear.cli import validation
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, 'results')
@@ -51,8 +54,8 @@ def check_flagfile(path):
       raise train.app.UsageError(
           f'{path}: not flags: {" ".join(rest[1:])} (each line is '
           '--name=value or a # comment).')
-    train.validate(flags.FLAGS)
-    return train.config_from_flags(flags.FLAGS)
+    validation.validate(flags.FLAGS)
+    return configs.config_from_flags(flags.FLAGS)
 
 
 def relative(path):
@@ -120,5 +123,5 @@ def test_one_flagfile_does_not_leak_into_the_next(tmp_path):
   assert check_flagfile(str(first)).learner_config.batch_size == 16
   config = check_flagfile(str(second))
   assert config.learner_config.batch_size == (
-      train.FAMILY_DEFAULTS['atari'].batch_size)
+      defaults.FAMILY_DEFAULTS['atari'].batch_size)
   assert config.agent_config.core == 'lstm'

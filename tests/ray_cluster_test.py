@@ -22,7 +22,7 @@ from absl.testing import flagsaver
 import pytest
 import tensorflow as tf
 
-from clear import train
+from clear.cli import configs
 from clear.runtime import actor_pool
 from clear.runtime import devices
 from clear.runtime import run_loop
@@ -61,7 +61,7 @@ def cartpole_config(logdir, *args, **overrides):
                  f'--envs_per_actor={ENVS_PER_ACTOR}',
                  f'--unroll_length={UNROLL_LENGTH}', '--log_interval_s=5',
                  f'--ray_actor_resource={RESOURCE}', *args])
-    config = train.config_from_flags(flags.FLAGS)
+    config = configs.config_from_flags(flags.FLAGS)
   return config._replace(**overrides)
 
 

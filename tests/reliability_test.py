@@ -24,7 +24,8 @@ from absl.testing import flagsaver
 
 from clear import checkpoint as checkpoint_lib
 from clear import plot
-from clear import train
+from clear.cli import configs
+from clear.cli import validation
 from clear.runtime import run_config
 from clear.runtime import run_lock
 from clear.runtime import run_loop
@@ -185,8 +186,8 @@ def two_checkpoint_run(tmp_path_factory):
   with flagsaver.flagsaver():
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', f'--logdir={logdir}', *RUN_FLAGS])
-    train.validate(flags.FLAGS)
-    config = train.config_from_flags(flags.FLAGS)
+    validation.validate(flags.FLAGS)
+    config = configs.config_from_flags(flags.FLAGS)
   for _ in range(2):
     run_loop.train(config, max_updates=2)
   return logdir
@@ -409,7 +410,7 @@ def test_a_refused_command_leaves_the_logdir_as_it_found_it(
     with flagsaver.flagsaver():
       flags.FLAGS.unparse_flags()
       flags.FLAGS(['train', f'--logdir={logdir}', *RUN_FLAGS])
-      config = train.config_from_flags(flags.FLAGS)
+      config = configs.config_from_flags(flags.FLAGS)
     assert run_loop._Run(config).restored.endswith('ckpt-2')  # pylint: disable=protected-access
 
 
@@ -595,8 +596,8 @@ def minatar_run(tmp_path_factory):
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', f'--logdir={logdir}', '--env=minatar:Breakout',
                  *RUN_FLAGS[1:]])
-    train.validate(flags.FLAGS)
-    config = train.config_from_flags(flags.FLAGS)
+    validation.validate(flags.FLAGS)
+    config = configs.config_from_flags(flags.FLAGS)
   run_loop.train(config, max_updates=1)
   return logdir
 

@@ -12,8 +12,14 @@ import pytest
 from absl import flags
 from absl.testing import flagsaver
 
+from clear import checkpoint as checkpoint_lib
 from clear import plot
 from clear import train
+from clear.algorithms import policy as policy_lib
+from clear.cli import configs
+from clear.cli import flags as cli_flags
+from clear.cli import run_json
+from clear.cli import validation
 from clear.runtime import run_config
 from clear.runtime import run_loop
 
@@ -207,15 +213,15 @@ def test_validate_rejects_impossible_combinations(args, message):
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train'] + args)
     with pytest.raises(train.app.UsageError, match=re.escape(message)):
-      train.validate(flags.FLAGS)
+      validation.validate(flags.FLAGS)
 
 
 def test_validate_accepts_the_defaults_and_fills_family_defaults():
   with flagsaver.flagsaver():
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--env=atari:Pong'])
-    train.validate(flags.FLAGS)
-    config = train.config_from_flags(flags.FLAGS)
+    validation.validate(flags.FLAGS)
+    config = configs.config_from_flags(flags.FLAGS)
   assert config.learner_config.step_mul == 4
   # Batches of 64 on an 80M schedule: both Pong seeds settled above +20.
   assert config.learner_config.batch_size == 64
@@ -230,14 +236,14 @@ def test_validate_accepts_the_defaults_and_fills_family_defaults():
   with flagsaver.flagsaver():
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--env=gym:CartPole-v1'])
-    gym_config = train.config_from_flags(flags.FLAGS)
+    gym_config = configs.config_from_flags(flags.FLAGS)
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--env=atari:Pong', '--optimizer=adam',
                  '--batch_size=16'])
-    chosen = train.config_from_flags(flags.FLAGS)
+    chosen = configs.config_from_flags(flags.FLAGS)
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--env=atari:Pong', '--algorithm=ppg'])
-    ppg_config = train.config_from_flags(flags.FLAGS)
+    ppg_config = configs.config_from_flags(flags.FLAGS)
   assert gym_config.learner_config.optimizer == 'adam'
   assert gym_config.agent_config.torso_norm == 'none'
   assert chosen.agent_config.torso_norm == 'layer_norm'
@@ -255,14 +261,14 @@ def test_dynamic_multipliers_discount_per_frame_by_default():
   with flagsaver.flagsaver():
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--env=atari:Pong', '--nofixed_step_mul'])
-    dynamic = train.config_from_flags(flags.FLAGS).learner_config
+    dynamic = configs.config_from_flags(flags.FLAGS).learner_config
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--env=atari:Pong', '--nofixed_step_mul',
                  '--discount_per=step'])
-    chosen = train.config_from_flags(flags.FLAGS).learner_config
+    chosen = configs.config_from_flags(flags.FLAGS).learner_config
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--env=atari:Pong'])
-    fixed = train.config_from_flags(flags.FLAGS).learner_config
+    fixed = configs.config_from_flags(flags.FLAGS).learner_config
   # A step of Atari's default 4 frames keeps --discounting.
   assert (dynamic.discount_per, dynamic.discounting_step_mul) == ('frame', 4)
   assert chosen.discount_per == 'step'
@@ -276,8 +282,8 @@ def test_port_flags_override_only_what_is_set():
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--algorithm=sac', '--env=gym:Pendulum-v1',
                  '--tau=0.01', '--batch_size=2', '--num_critics=3'])
-    train.validate(flags.FLAGS)
-    config = train.config_from_flags(flags.FLAGS)
+    validation.validate(flags.FLAGS)
+    config = configs.config_from_flags(flags.FLAGS)
   expected = sac.SACConfig(tau=0.01, batch_size=2, num_critics=3,
                            total_environment_frames=400_000)
   assert config.learner_config == expected
@@ -297,8 +303,8 @@ def train_in_process(logdir, *args, calls=2):
     flags.FLAGS(['train', f'--logdir={logdir}', '--backend=inline',
                  '--envs_per_actor=4', '--batch_size=4', '--unroll_length=5',
                  *args])
-    train.validate(flags.FLAGS)
-    config = train.config_from_flags(flags.FLAGS)
+    validation.validate(flags.FLAGS)
+    config = configs.config_from_flags(flags.FLAGS)
   for _ in range(calls):
     run_loop.train(config, max_updates=2)
   return config
@@ -380,7 +386,7 @@ def test_init_from_takes_the_env_and_network_of_its_source(cartpole_v0_run,
     flags.FLAGS(['train', f'--init_from={cartpole_v0_run}',
                  f'--logdir={tmp_path / "other"}', '--separate_critic'])
     with pytest.raises(train.app.UsageError, match='--separate_critic=True'):
-      train.read_run_settings(flags.FLAGS)
+      run_json.read_run_settings(flags.FLAGS)
 
 
 def test_run_settings_fill_the_flags_left_unset():
@@ -390,19 +396,19 @@ def test_run_settings_fill_the_flags_left_unset():
   with flagsaver.flagsaver():
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--mode=test', '--core_size=16'])
-    settings = train.adopt_run_settings(flags.FLAGS, saved, '/runs/x')
+    settings = run_json.adopt_run_settings(flags.FLAGS, saved, '/runs/x')
     taken = (flags.FLAGS.env, flags.FLAGS.core_size, flags.FLAGS.network,
              flags.FLAGS.separate_critic, flags.FLAGS.step_mul)
-    config = train.config_from_flags(flags.FLAGS)
+    config = configs.config_from_flags(flags.FLAGS)
   assert taken == ('gym:CartPole-v0', 16, 'mlp', True, 2)
   assert settings.changed_env_flags == {}
-  assert config.agent_config == train.policy_lib.AgentConfig('mlp', 16, True)
+  assert config.agent_config == policy_lib.AgentConfig('mlp', 16, True)
   assert config.env_options == {'fixed_step_mul': True, 'step_mul': 2}
   with flagsaver.flagsaver():
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--mode=test', '--env=gym:CartPole-v1',
                  '--step_mul=1'])
-    settings = train.adopt_run_settings(flags.FLAGS, saved, '/runs/x')
+    settings = run_json.adopt_run_settings(flags.FLAGS, saved, '/runs/x')
   assert settings.changed_env_flags == {'env': 'gym:CartPole-v1',
                                         'step_mul': 1}
   assert (settings.env_name, settings.env_options) == (
@@ -413,9 +419,9 @@ def _atari_config(*args):
   with flagsaver.flagsaver():
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--env=atari:Pong', *args])
-    train.keep_run_settings(flags.FLAGS)
-    train.validate(flags.FLAGS)
-    return train.config_from_flags(flags.FLAGS)
+    run_json.keep_run_settings(flags.FLAGS)
+    validation.validate(flags.FLAGS)
+    return configs.config_from_flags(flags.FLAGS)
 
 
 def test_a_resume_keeps_the_settings_its_run_json_records(tmp_path, caplog,
@@ -424,7 +430,7 @@ def test_a_resume_keeps_the_settings_its_run_json_records(tmp_path, caplog,
   # A run started with the Atari defaults of before 2026-11-28.
   old = _atari_config(f'--logdir={logdir}', '--batch_size=32',
                       '--total_environment_frames=40000000')
-  train.checkpoint_lib.check_run_identity(
+  checkpoint_lib.check_run_identity(
       logdir, run_config.run_identity(old), run_config.run_settings(old))
   with open(os.path.join(logdir, 'run.json')) as f:
     recorded = json.load(f)['settings']
@@ -437,7 +443,7 @@ def test_a_resume_keeps_the_settings_its_run_json_records(tmp_path, caplog,
   # Parsing the flags sets absl's logger to WARNING: catch its INFO here.
   infos = []
   with monkeypatch.context() as patch:
-    patch.setattr(train.logging, 'info',
+    patch.setattr(run_json.logging, 'info',
                   lambda message, *args: infos.append(message % args))
     resumed = _atari_config(f'--logdir={logdir}')
   assert resumed.learner_config.batch_size == 32
@@ -452,7 +458,7 @@ def test_a_resume_keeps_the_settings_its_run_json_records(tmp_path, caplog,
                          '--total_environment_frames=60000000')
   assert longer.learner_config.total_environment_frames == 60_000_000
   assert longer.learner_config.batch_size == 32
-  train.checkpoint_lib.check_run_identity(
+  checkpoint_lib.check_run_identity(
       logdir, run_config.run_identity(longer), run_config.run_settings(longer))
   again = _atari_config(f'--logdir={logdir}')
   assert again.learner_config.total_environment_frames == 60_000_000
@@ -466,7 +472,7 @@ def test_a_resume_keeps_the_settings_its_run_json_records(tmp_path, caplog,
   # A run.json from before runs recorded their settings: today's defaults,
   # with a warning that names them.
   older = str(tmp_path / 'older')
-  train.checkpoint_lib.check_run_identity(older, run_config.run_identity(old))
+  checkpoint_lib.check_run_identity(older, run_config.run_identity(old))
   caplog.clear()
   with caplog.at_level('WARNING'):
     legacy = _atari_config(f'--logdir={older}', '--batch_size=32')
@@ -484,7 +490,7 @@ def test_a_resume_keeps_its_replay_size_and_checks_what_run_json_holds(
     tmp_path):
   logdir = str(tmp_path / 'run')
   big = _atari_config(f'--logdir={logdir}', '--replay_buffer_size=20000')
-  train.checkpoint_lib.check_run_identity(
+  checkpoint_lib.check_run_identity(
       logdir, run_config.run_identity(big), run_config.run_settings(big))
   assert _atari_config(f'--logdir={logdir}').replay_buffer_size == 20_000
   assert _atari_config(f'--logdir={logdir}', '--replay_buffer_size=5000'
@@ -497,7 +503,7 @@ def test_a_resume_keeps_its_replay_size_and_checks_what_run_json_holds(
   saved['settings']['batch_size'] = '32'
   with open(path, 'w') as f:
     json.dump(saved, f)
-  with pytest.raises(train.checkpoint_lib.CheckpointError,
+  with pytest.raises(checkpoint_lib.CheckpointError,
                      match=re.escape(f"{path}: batch_size is '32', but "
                                      '--batch_size takes an integer.')):
     _atari_config(f'--logdir={logdir}')
@@ -510,7 +516,7 @@ def test_a_kept_setting_is_validated_against_the_flags_given(tmp_path):
   logdir = str(tmp_path / 'run')
   old = _atari_config(f'--logdir={logdir}',
                       '--total_environment_frames=40000000')
-  train.checkpoint_lib.check_run_identity(
+  checkpoint_lib.check_run_identity(
       logdir, run_config.run_identity(old), run_config.run_settings(old))
   result = run_binary('--env=atari:Pong', f'--logdir={logdir}',
                       '--num_critic_pretrain_frames=50000000', timeout=120)
@@ -518,7 +524,7 @@ def test_a_kept_setting_is_validated_against_the_flags_given(tmp_path):
   assert ('--num_critic_pretrain_frames (50,000,000) exceeds '
           '--total_environment_frames (40,000,000)') in result.stderr
   assert 'Traceback' not in result.stderr
-  assert not train.checkpoint_lib.find_checkpoints(logdir)
+  assert not checkpoint_lib.find_checkpoints(logdir)
 
 
 def test_core_options_reach_the_agent_and_run_json(tmp_path):
@@ -530,15 +536,15 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
                  '--rmsprop_epsilon_outside', '--rmsprop_epsilon=1e-3',
                  '--learning_rate_warmup_frames=2000000',
                  '--rmsprop_fan_in_reference=256', '--entropy_cost_end=0.002'])
-    train.validate(flags.FLAGS)
-    config = train.config_from_flags(flags.FLAGS)
+    validation.validate(flags.FLAGS)
+    config = configs.config_from_flags(flags.FLAGS)
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--env=atari:Pong', '--torso_norm=none'])
-    default = train.config_from_flags(flags.FLAGS)
+    default = configs.config_from_flags(flags.FLAGS)
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--env=atari:Pong'])
-    atari_default = train.config_from_flags(flags.FLAGS)
-  assert config.agent_config == train.policy_lib.AgentConfig(
+    atari_default = configs.config_from_flags(flags.FLAGS)
+  assert config.agent_config == policy_lib.AgentConfig(
       'auto', 256, False, 'layer_norm_lstm', 'glorot', 0.5, 'elu',
       'layer_norm')
   assert default.agent_config.torso_norm == 'none'
@@ -567,14 +573,14 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
   # resumes with --torso_norm=none.
   assert run_config.run_identity(atari_default)['torso_norm'] == (
       'layer_norm')
-  train.checkpoint_lib.check_run_identity(
+  checkpoint_lib.check_run_identity(
       str(tmp_path), run_config.run_identity(default))
-  with pytest.raises(train.checkpoint_lib.CheckpointError,
+  with pytest.raises(checkpoint_lib.CheckpointError,
                      match="torso_norm: checkpoint has None, flags say "
                            "'layer_norm'"):
-    train.checkpoint_lib.check_run_identity(
+    checkpoint_lib.check_run_identity(
         str(tmp_path), run_config.run_identity(atari_default))
-  train.checkpoint_lib.check_run_identity(
+  checkpoint_lib.check_run_identity(
       str(tmp_path), run_config.run_identity(default))
   # Test mode takes a saved core; a run.json without one had Sonnet's LSTM,
   # and a flag for another core is refused by name.
@@ -589,7 +595,7 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
     with flagsaver.flagsaver():
       flags.FLAGS.unparse_flags()
       flags.FLAGS(['train', '--mode=test'])
-      train.adopt_run_settings(flags.FLAGS, dict(saved, **{name: saved_value}),
+      run_json.adopt_run_settings(flags.FLAGS, dict(saved, **{name: saved_value}),
                                '/x')
       assert getattr(flags.FLAGS, name) == saved_value
       flags.FLAGS.unparse_flags()
@@ -597,13 +603,13 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
       with pytest.raises(train.app.UsageError,
                          match=f"--{name}='{other}': the run in /x was made "
                                f"with {name}='{default}'"):
-        train.adopt_run_settings(flags.FLAGS, saved, '/x')
+        run_json.adopt_run_settings(flags.FLAGS, saved, '/x')
   # Test mode on such a run builds it without the norm.
   with flagsaver.flagsaver():
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--mode=test', '--logdir=/x'])
-    train.adopt_run_settings(flags.FLAGS, saved, '/x')
-    assert train.config_from_flags(
+    run_json.adopt_run_settings(flags.FLAGS, saved, '/x')
+    assert configs.config_from_flags(
         flags.FLAGS).agent_config.torso_norm == 'none'
   # A layer-normalised run's checkpoint is refused to a norm-free network.
   with flagsaver.flagsaver():
@@ -612,20 +618,20 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
     with pytest.raises(train.app.UsageError,
                        match="--torso_norm='none': the run in /x was made "
                              "with torso_norm='layer_norm'"):
-      train.adopt_run_settings(flags.FLAGS,
+      run_json.adopt_run_settings(flags.FLAGS,
                                dict(saved, torso_norm='layer_norm'), '/x')
 
 
 def project_flags():
   return [name for name in flags.FLAGS if flags.FLAGS[name].name == name
-          and flags.FLAGS.find_module_defining_flag(name) == train.__name__]
+          and flags.FLAGS.find_module_defining_flag(name) == cli_flags.__name__]
 
 
 def test_every_flag_is_listed_once_under_a_purpose():
-  listed = [n for group in train.FLAG_GROUPS.groups() for n in group.names]
+  listed = [n for group in cli_flags.FLAG_GROUPS.groups() for n in group.names]
   assert len(listed) == len(set(listed))
   assert sorted(listed) == sorted(project_flags())
-  assert len(train.FLAG_GROUPS.groups()) >= 10
+  assert len(cli_flags.FLAG_GROUPS.groups()) >= 10
 
 
 def test_no_two_flags_share_a_help_text():
@@ -647,10 +653,10 @@ def test_helpfull_lists_only_this_programs_flags_by_purpose():
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'Traceback' not in result.stderr
   lines = result.stdout.splitlines()
-  headings = [g.title + ':' for g in train.FLAG_GROUPS.groups()]
+  headings = [g.title + ':' for g in cli_flags.FLAG_GROUPS.groups()]
   positions = [lines.index(h) for h in headings]
   assert positions == sorted(positions)
-  for group in train.FLAG_GROUPS.groups():
+  for group in cli_flags.FLAG_GROUPS.groups():
     for name in group.names:
       assert (f'  --{name}:' in result.stdout or
               f'  --[no]{name}:' in result.stdout), name

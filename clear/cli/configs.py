@@ -1,0 +1,129 @@
+"""The configs of a run, made from `python -m clear.train`'s flags.
+
+`config_from_flags` builds the `clear.runtime.run_config.RunConfig` (with
+the IMPALA-CLEAR `LearnerConfig`, or a port's config from `port_config`) that
+`clear.runtime.run_loop.train` and test mode take. Flags left unset take
+their env family's default (`clear.cli.defaults`).
+"""
+
+from clear.algorithms import policy as policy_lib
+from clear.algorithms import registry
+from clear.algorithms.impala import config as impala_config
+from clear.cli import defaults
+from clear.cli import flags as cli_flags
+from clear.replay import buffer as replay_lib
+from clear.runtime import run_config as run_config_lib
+
+
+def env_options_from_flags(f) -> dict:
+  options = {'fixed_step_mul': f.fixed_step_mul}
+  if f.fixed_step_mul:
+    options['step_mul'] = defaults.family_default(f, 'step_mul')
+  else:
+    options['max_step_mul'] = f.max_step_mul
+  return options
+
+
+def port_config(f, env_options):
+  """The PPG / SAC / DDPG config: its own defaults, overridden by the
+  shared flags the user set and by the algorithm flags."""
+  config_class = registry.ALGORITHMS[f.algorithm].config
+  values = {'total_environment_frames': defaults.total_frames(f),
+            'fixed_step_mul': env_options['fixed_step_mul'],
+            'step_mul': env_options.get('step_mul', 1)}
+  for field in config_class._fields:
+    if field in values or field == 'num_replay':
+      continue
+    if field in cli_flags.SHARED_FIELDS:
+      if f[field].present:
+        values[field] = getattr(f, field)
+    elif getattr(f, field) is not None:
+      values[field] = getattr(f, field)
+  return config_class(**{k: v for k, v in values.items()
+                         if k in config_class._fields})
+
+
+def discount_per(f) -> str:
+  """--discount_per, else per frame with dynamic multipliers (a step of k
+  frames then lasts k frames of discounting), per step with fixed ones."""
+  if f.discount_per is not None:
+    return f.discount_per
+  return 'step' if f.fixed_step_mul else 'frame'
+
+
+def envs_per_actor(f, learner_config) -> int:
+  """--envs_per_actor, else IMPALA's family default, else (PPG, SAC, DDPG)
+  the batch size: one collect of one actor then feeds exactly one update."""
+  if f.envs_per_actor is not None or f.algorithm == 'impala':
+    return defaults.family_default(f, 'envs_per_actor')
+  return learner_config.batch_size
+
+
+def torso_norm(f) -> str:
+  """--torso_norm, else IMPALA's family default; the ports' agents have no
+  torso norm."""
+  if f.torso_norm is not None or f.algorithm == 'impala':
+    return defaults.family_default(f, 'torso_norm')
+  return 'none'
+
+
+def config_from_flags(f) -> run_config_lib.RunConfig:
+  env_options = env_options_from_flags(f)
+  if f.algorithm != 'impala':
+    learner_config = port_config(f, env_options)
+  else:
+    batch_size = defaults.family_default(f, 'batch_size')
+    num_replay = replay_lib.replay_batch_size(batch_size, f.replay_proportion)
+    learner_config = impala_config.LearnerConfig(
+        batch_size=batch_size, num_replay=num_replay,
+        unroll_length=f.unroll_length,
+        total_environment_frames=defaults.total_frames(f),
+        discounting=f.discounting, discount_per=discount_per(f),
+        discounting_step_mul=defaults.FAMILY_DEFAULTS[
+            defaults.env_family(f.env)].step_mul,
+        reward_clipping=f.reward_clipping,
+        reward_scaling=defaults.family_default(f, 'reward_scaling'),
+        baseline_cost=f.baseline_cost,
+        entropy_cost=f.entropy_cost, entropy_cost_end=f.entropy_cost_end,
+        policy_cloning_cost=f.policy_cloning_cost if num_replay else 0.0,
+        value_cloning_cost=f.value_cloning_cost if num_replay else 0.0,
+        clip_grad_norm=f.clip_grad_norm, clip_advantage=f.clip_advantage,
+        learning_rate=defaults.family_default(f, 'learning_rate'),
+        learning_rate_warmup_frames=f.learning_rate_warmup_frames,
+        optimizer=defaults.family_default(f, 'optimizer'),
+        rmsprop_initial_mean_square=f.rmsprop_initial_mean_square,
+        rmsprop_epsilon=f.rmsprop_epsilon,
+        rmsprop_epsilon_outside=f.rmsprop_epsilon_outside,
+        rmsprop_fan_in_reference=f.rmsprop_fan_in_reference,
+        fixed_step_mul=f.fixed_step_mul,
+        step_mul=env_options.get('step_mul', 1),
+        jit_compile=f.jit_compile, continual_method=f.continual_method,
+        ewc_lambda=f.ewc_lambda, ewc_gamma=f.ewc_gamma,
+        ewc_fisher_batches=f.ewc_fisher_batches,
+        ewc_fisher_frames=f.ewc_fisher_frames)
+  core_size = defaults.family_default(f, 'core_size')
+  return run_config_lib.RunConfig(
+      env_name=f.env, env_options=env_options, algorithm=f.algorithm,
+      agent_config=policy_lib.AgentConfig(
+          f.network, core_size, f.separate_critic, core=f.core,
+          lstm_init=f.lstm_init, torso_grad_scale=f.torso_grad_scale,
+          torso_activation=f.torso_activation, torso_norm=torso_norm(f)),
+      learner_config=learner_config, logdir=f.logdir, seed=f.seed,
+      num_actors=f.num_actors,
+      envs_per_actor=envs_per_actor(f, learner_config),
+      replay_buffer_size=f.replay_buffer_size,
+      replay_sampling=f.replay_sampling, replay_storage=f.replay_storage,
+      replay_prefill_unrolls=f.replay_prefill_unrolls,
+      num_critic_pretrain_frames=f.num_critic_pretrain_frames,
+      backend=f.backend, ray_address=f.ray_address,
+      ray_actor_resource=f.ray_actor_resource,
+      max_actor_restarts=f.max_actor_restarts,
+      learner_device=f.learner_device,
+      checkpoint_interval_s=f.checkpoint_interval_s,
+      log_interval_s=f.log_interval_s,
+      allow_empty_replay_on_resume=f.allow_empty_replay_on_resume,
+      stop_on_nonfinite=f.stop_on_nonfinite, init_from=f.init_from,
+      init_scope=f.init_scope, frames_per_task=f.frames_per_task,
+      num_task_cycles=f.num_task_cycles,
+      eval_interval_frames=f.eval_interval_frames,
+      eval_episodes=f.eval_episodes, eval_max_steps=f.eval_max_steps)

@@ -1,0 +1,377 @@
+"""The flags of `python -m clear.train`, in groups by purpose.
+
+Each `FLAG_GROUPS.heading` opens a group that `--help` and `--helpfull` list
+under that heading (`clear.cli.flag_help`); every flag belongs to the heading
+above its definition, in definition order. The flags of PPG, SAC and DDPG are
+defined from their configs (`ALGORITHM_FLAGS`), so the two never drift apart.
+Importing this module defines the flags in absl's `flags.FLAGS`; nothing
+else of clear reads them: `clear.cli.configs` turns them into configs.
+"""
+
+import re
+import sys
+
+from absl import flags
+
+import agents as agents_lib
+from clear.algorithms import policy as policy_lib
+from clear.algorithms import registry
+from clear.algorithms.impala import config as impala_config
+from clear.cli import flag_help
+from clear.continual import methods as continual_methods
+from clear.replay import buffer as replay_lib
+
+FLAGS = flags.FLAGS
+# `--help` and `--helpfull` list the flags under these headings (see
+# clear.cli.flag_help); each flag belongs to the heading above its definition.
+FLAG_GROUPS = flag_help.FlagGroups(FLAGS)
+
+FLAG_GROUPS.heading('What to run')
+flags.DEFINE_string('env', 'gym:CartPole-v1',
+                    'Environment: atari:<Game>, sc2:<Map>, gym:<id>, '
+                    'minatar:<Game> (Asterix, Breakout, Freeway, Seaquest, '
+                    'SpaceInvaders), or a comma-separated sequence of one '
+                    'family trained one after another (see '
+                    '--frames_per_task).')
+flags.DEFINE_enum('algorithm', 'impala', sorted(registry.ALGORITHMS),
+                  '; '.join(f'{name}: {entry.description}' for name, entry
+                            in sorted(registry.ALGORITHMS.items())) +
+                  '. The flags below apply to impala unless their group '
+                  'says otherwise; batch_size, unroll_length, '
+                  'learning_rate, discounting, reward_scaling, '
+                  'reward_clipping, clip_grad_norm, entropy_cost and '
+                  'jit_compile apply to every algorithm that has them, and '
+                  'when left unset the others use their own defaults.')
+flags.DEFINE_enum('mode', 'train', ['train', 'test'],
+                  'train; or test: play --test_num_episodes episodes with '
+                  'the newest readable checkpoint in --logdir, on the env '
+                  'and with the algorithm and network its run.json records, '
+                  'print the returns and write them to test_results.json.')
+flags.DEFINE_string('logdir', '/tmp/clear/cartpole',
+                    'Checkpoints, TensorBoard events and results go here.')
+flags.DEFINE_integer('seed', 0, 'Base random seed.')
+flags.DEFINE_integer('total_environment_frames', None,
+                     'Environment frames to train for, replay excluded; the '
+                     'learning rate decays to 0 over them (default per env '
+                     'family: 400k for gym, 5M for MinAtar, 40M for SC2 '
+                     'and 80M for Atari).')
+
+FLAG_GROUPS.heading('Actors')
+flags.DEFINE_enum('backend', 'local', ['local', 'inline', 'ray'],
+                  'Actors as local processes, inside the learner process '
+                  '(acting and learning take turns: reproducible, less '
+                  'memory), or as Ray actors.')
+flags.DEFINE_string('ray_address', '',
+                    'Ray cluster address for --backend=ray (empty: a local '
+                    'Ray on the loopback address).')
+flags.DEFINE_string('ray_actor_resource', '',
+                    'Custom Ray resource each actor needs one unit of, so '
+                    'actors run only on nodes started with ray start '
+                    '--resources=\'{"NAME": N}\' (never beside the '
+                    'learner); empty: any node with a free CPU.')
+flags.DEFINE_integer('max_actor_restarts', 20,
+                     'Deaths of actors (processes, Ray actors, Ray nodes) '
+                     'tolerated, in all, before the run stops with an '
+                     'error.', lower_bound=0)
+flags.DEFINE_integer('num_actors', 1, 'Actor processes.')
+flags.DEFINE_integer('envs_per_actor', None,
+                     'Environments each actor steps as one batch (default: 64 '
+                     'for gym and MinAtar, 32 for Atari, 1 for SC2 with '
+                     'impala; the '
+                     'batch size with ppg, sac and ddpg).')
+flags.DEFINE_integer('unroll_length', 20, 'Agent steps per unroll.')
+
+FLAG_GROUPS.heading('Network')
+flags.DEFINE_enum('network', 'auto',
+                  ['auto', 'impala_shallow', 'impala_deep', 'mlp',
+                   'fullyconv', 'minatar'],
+                  'Agent torso (auto: fullyconv for SC2, minatar for '
+                  "MinAtar's 10x10 boards, impala_shallow for other "
+                  'images, mlp for vectors).')
+flags.DEFINE_integer('core_size', None,
+                     'LSTM size (default: 256 for Atari and SC2, 128 for '
+                     'MinAtar, 64 for gym); 0 '
+                     'makes the impala agent feed-forward.')
+flags.DEFINE_bool('separate_critic', False,
+                  'Give the critic its own network (needed to pretrain a '
+                  'critic without a shared torso).')
+flags.DEFINE_enum('core', 'lstm', list(agents_lib.CORES),
+                  'Recurrent core: lstm (Sonnet\'s) or layer_norm_lstm (gates '
+                  'and cell layer-normalised, Ba et al. 2016).')
+flags.DEFINE_enum('lstm_init', 'fan_in', list(agents_lib.LSTM_INITS),
+                  'LSTM kernels: fan_in (std 1/sqrt(fan-in) per block, '
+                  "Sonnet's) or glorot (uniform over the concatenated "
+                  "[input, hidden] kernel, TF1's and scalable_agent's).")
+flags.DEFINE_float('torso_grad_scale', 1.0,
+                   'Multiplies the gradient the core sends back into the '
+                   'torso (forward pass unchanged).')
+flags.DEFINE_enum('torso_activation', 'relu',
+                  list(agents_lib.TORSO_ACTIVATIONS),
+                  "The torso's hidden-layer activation: relu (the papers'), "
+                  'leaky_relu (slope 0.01 below zero) or elu; the latter two '
+                  'keep a gradient in units a ReLU would leave dead.')
+flags.DEFINE_enum('torso_norm', None, list(agents_lib.TORSO_NORMS),
+                  "Normalisation of the pre-activations of the torso's final "
+                  'linear layer (each hidden layer of the mlp torso): none '
+                  "(the papers'), layer_norm (across units, with a "
+                  "learnable gain and offset). Without it the shallow "
+                  "torso's linear layer lost most of its ReLU units on "
+                  'some Pong seeds at learning rates >= 8e-4; normalised '
+                  'across units, they cannot all fall below zero together. '
+                  'layer_norm_all also normalises each conv layer over the '
+                  "whole map of a frame (a gain and offset per channel). "
+                  'Default per env family: layer_norm for Atari, none '
+                  'otherwise and for the PPG, SAC and DDPG ports (see '
+                  'FAMILY_DEFAULTS).')
+
+FLAG_GROUPS.heading('Learner')
+flags.DEFINE_integer('batch_size', None,
+                     'Unrolls per learner batch (default: per env family, '
+                     '64 for Atari and 32 for the others; see '
+                     'FAMILY_DEFAULTS).')
+flags.DEFINE_float('learning_rate', None,
+                   'Learning rate at the start (after any '
+                   '--learning_rate_warmup_frames), decayed linearly to 0 '
+                   'at --total_environment_frames (default: per env '
+                   'family, see FAMILY_DEFAULTS).')
+flags.DEFINE_integer('learning_rate_warmup_frames', 0,
+                     'Frames over which the learning rate ramps linearly '
+                     'from 0 up to --learning_rate before its linear decay '
+                     'to 0 at --total_environment_frames (0 = no ramp).')
+flags.DEFINE_enum('optimizer', None, list(impala_config.OPTIMIZERS),
+                  'Optimizer (default per env family: rmsprop, as IMPALA, '
+                  'for Atari; adam otherwise; see FAMILY_DEFAULTS).')
+flags.DEFINE_float('rmsprop_epsilon', 1e-5,
+                   "RMSProp's epsilon; see --rmsprop_epsilon_outside for "
+                   "where it is added. IMPALA's 0.01 under the root leaves "
+                   "the LSTM's kernels, whose gradients are about 1e-3, at "
+                   'a few percent of the normalised step; 1e-5 learned '
+                   'Pong about 10M frames sooner (README).')
+flags.DEFINE_bool('rmsprop_epsilon_outside', False,
+                  "Add RMSProp's epsilon after the square root, "
+                  "lr g / (sqrt(ms) + eps), as PyTorch and TorchBeast, "
+                  'instead of under it as TF1 and IMPALA.')
+flags.DEFINE_float('rmsprop_initial_mean_square', 1.0,
+                   "Where RMSProp's mean of squared gradients starts: 1 as "
+                   "in TF1's RMSPropOptimizer (IMPALA's), 0 as in Sonnet's.")
+flags.DEFINE_integer('rmsprop_fan_in_reference', 0,
+                     'With N > 0, every kernel whose fan-in F exceeds N '
+                     "(the shallow torso's linear layer: 3,872) moves at "
+                     'lr N / F: RMSProp moves each weight by about lr, so a '
+                     "wide layer's units move F / N times further per "
+                     'update than the rest. 0 = one rate for all.')
+flags.DEFINE_float('clip_grad_norm', 40.0,
+                   'Global gradient-norm clip (0 disables).')
+flags.DEFINE_float('discounting', 0.99,
+                   'Discount factor per agent step (per default-multiplier '
+                   'step with --discount_per=frame).')
+flags.DEFINE_enum('discount_per', None, list(impala_config.DISCOUNT_PER),
+                  'step: every agent step is discounted by --discounting; '
+                  'frame: a step of k frames by discounting^(k / the '
+                  "family's default step multiplier), the semi-Markov "
+                  'discount (default: frame with --nofixed_step_mul, else '
+                  'step).')
+flags.DEFINE_enum('reward_clipping', 'abs_one',
+                  ['abs_one', 'soft_asymmetric', 'none'], 'Reward clipping.')
+flags.DEFINE_float('reward_scaling', None,
+                   'Rewards are scaled before clipping (default: 0.1 for gym, '
+                   'whose dense rewards make values large, else 1).')
+flags.DEFINE_float('baseline_cost', 0.5, 'Weight of the baseline loss.')
+flags.DEFINE_float('entropy_cost', 0.01, 'Weight of the entropy term.')
+flags.DEFINE_float('entropy_cost_end', None,
+                   'Weight of the entropy term at the end of the run: set, '
+                   'the weight moves linearly from --entropy_cost to it over '
+                   '--total_environment_frames (as the learning rate '
+                   'decays); unset, --entropy_cost holds throughout.')
+flags.DEFINE_bool('clip_advantage', False,
+                  'Zero negative advantages in the policy gradient.')
+flags.DEFINE_bool('jit_compile', False, 'Compile the learner step with XLA.')
+flags.DEFINE_string('learner_device', 'auto',
+                    "The learner's TensorFlow device: auto (the first GPU "
+                    'if one is visible, else the CPU), cpu, gpu, or e.g. '
+                    '/GPU:1. Actors never use a GPU.')
+flags.DEFINE_bool('stop_on_nonfinite', False,
+                  'Stop at the first update with a non-finite loss or '
+                  'gradient (default: skip it, count it and go on).')
+
+FLAG_GROUPS.heading('CLEAR replay (impala)')
+flags.DEFINE_float('replay_proportion', 0.5,
+                   'Share of each batch taken from replay (0: plain IMPALA).')
+flags.DEFINE_integer('replay_buffer_size', 10_000, 'Replay capacity, unrolls.')
+flags.DEFINE_enum('replay_sampling', 'reservoir', list(replay_lib.SAMPLING_MODES),
+                  'reservoir (CLEAR) or fifo insertion.')
+flags.DEFINE_enum('replay_storage', 'memory', list(replay_lib.STORAGE_MODES),
+                  'Keep replay in memory or memory-mapped under --logdir.')
+flags.DEFINE_integer('replay_prefill_unrolls', 0,
+                     'Unrolls stored in replay before the first update.')
+flags.DEFINE_bool('allow_empty_replay_on_resume', False,
+                  'Resume even if the replay saved with the checkpoint is '
+                  'missing or unreadable, starting with an empty buffer.')
+flags.DEFINE_float('policy_cloning_cost', 0.01,
+                   'Weight of the CLEAR policy-cloning KL.')
+flags.DEFINE_float('value_cloning_cost', 0.005,
+                   'Weight of the CLEAR value-cloning loss.')
+
+FLAG_GROUPS.heading('Continual-learning methods (impala)')
+_LEARNER_DEFAULTS = impala_config.LearnerConfig._field_defaults
+flags.DEFINE_enum('continual_method', 'none',
+                  list(continual_methods.CONTINUAL_METHODS),
+                  'With a sequence --env: ewc keeps, for every task trained, '
+                  'its final weights (anchor) and the diagonal Fisher of its '
+                  'policy-gradient and baseline loss, and adds lambda/2 sum '
+                  'F (theta - anchor)^2 to the loss (loss/ewc); online_ewc '
+                  'keeps one anchor, the latest, and one running Fisher, '
+                  'decayed by --ewc_gamma at each task switch. Both combine '
+                  'with CLEAR replay.')
+flags.DEFINE_float('ewc_lambda', _LEARNER_DEFAULTS['ewc_lambda'],
+                   'lambda, the weight of the EWC penalty.')
+flags.DEFINE_float('ewc_gamma', _LEARNER_DEFAULTS['ewc_gamma'],
+                   'online_ewc: the running Fisher becomes gamma F + the new '
+                   "task's at each switch (in (0, 1]).")
+flags.DEFINE_integer('ewc_fisher_batches',
+                     _LEARNER_DEFAULTS['ewc_fisher_batches'],
+                     'Batches of --batch_size unrolls of the finished task '
+                     'its Fisher is the mean squared gradient over.')
+flags.DEFINE_integer('ewc_fisher_frames',
+                     _LEARNER_DEFAULTS['ewc_fisher_frames'],
+                     "Frames of the current task's latest unrolls kept "
+                     '(in memory, and beside each checkpoint) to draw those '
+                     'batches from.')
+
+FLAG_GROUPS.heading('Task sequences, evaluation and test mode')
+flags.DEFINE_integer('frames_per_task', 0,
+                     'With a sequence --env: frames each task trains for '
+                     'before the next (total = this x tasks x cycles).')
+flags.DEFINE_integer('num_task_cycles', 1,
+                     'How many times a task sequence is trained through.')
+flags.DEFINE_integer('eval_interval_frames', 0,
+                     'Evaluate every task every this many frames (0: only '
+                     'task sequences evaluate, at the start and at each task '
+                     'switch and the end).')
+flags.DEFINE_integer('eval_episodes', 10, 'Episodes per task and evaluation.')
+flags.DEFINE_integer('eval_max_steps', 27_000,
+                     'Agent steps after which an evaluation episode is cut.')
+flags.DEFINE_integer('test_num_episodes', 10, 'Episodes played by --mode=test.')
+flags.DEFINE_string('record', '',
+                    'With --mode=test: after the test episodes, play one '
+                    'more and write what the agent saw (Atari frames, '
+                    'MinAtar boards) to this path, in the format its '
+                    'extension names: .gif (needs Pillow, in the plot '
+                    'extra) or .mp4 (needs imageio and imageio-ffmpeg). An '
+                    'existing file is refused unless --record_overwrite.')
+flags.DEFINE_bool('record_overwrite', False,
+                  'Let --record replace an existing file.')
+
+FLAG_GROUPS.heading('Starting from another run')
+flags.DEFINE_string('init_from', '',
+                    'Start a NEW run from the weights of another run (its '
+                    'logdir or a checkpoint path), with the env, algorithm '
+                    'and network its run.json records; ignored when --logdir '
+                    'already holds a checkpoint, which is resumed.')
+flags.DEFINE_enum('init_scope', 'all', list(policy_lib.INIT_SCOPES),
+                  'Which weights --init_from loads: all, only the critic '
+                  '(e.g. from a critic-pretraining run) or only the policy.')
+
+FLAG_GROUPS.heading('Critic pretraining (impala)')
+flags.DEFINE_integer('num_critic_pretrain_frames', 0,
+                     'Frames of critic-only training before the main phase.')
+
+FLAG_GROUPS.heading('Step multipliers')
+flags.DEFINE_bool('fixed_step_mul', True,
+                  'Use a constant step multiplier (else the agent picks one).')
+flags.DEFINE_integer('step_mul', None,
+                     'Frames per agent step when fixed (default: 4 Atari, '
+                     '8 SC2, 1 gym).')
+flags.DEFINE_integer('max_step_mul', 8,
+                     'Number of choices of the dynamic step multiplier.')
+
+FLAG_GROUPS.heading('Checkpoints and progress')
+flags.DEFINE_integer('checkpoint_interval_s', 600, 'Seconds between checkpoints.')
+flags.DEFINE_integer('log_interval_s', 10, 'Seconds between progress lines.')
+
+FLAG_GROUPS.heading("PPG, SAC and DDPG (with each algorithm's default)")
+# One flag per field of their configs that the flags above do not cover,
+# defined from the configs themselves so the two never drift apart. Unset
+# (None) means the algorithm's own default.
+
+# Config fields that the shared flags above set (or the run derives).
+SHARED_FIELDS = ('batch_size', 'num_replay', 'unroll_length',
+                 'total_environment_frames', 'fixed_step_mul', 'step_mul',
+                 'discounting', 'reward_scaling', 'reward_clipping',
+                 'learning_rate', 'clip_grad_norm', 'entropy_cost',
+                 'jit_compile')
+# The flags of --continual_method=ewc / online_ewc.
+EWC_FLAGS = ('ewc_lambda', 'ewc_gamma', 'ewc_fisher_batches',
+             'ewc_fisher_frames')
+# Flags that only IMPALA-CLEAR reads.
+IMPALA_ONLY_FLAGS = ('discount_per', 'replay_proportion', 'replay_buffer_size',
+                     'replay_sampling', 'replay_storage',
+                     'replay_prefill_unrolls', 'policy_cloning_cost',
+                     'value_cloning_cost', 'baseline_cost', 'clip_advantage',
+                     'optimizer', 'learning_rate_warmup_frames',
+                     'entropy_cost_end', 'rmsprop_initial_mean_square',
+                     'rmsprop_epsilon', 'rmsprop_epsilon_outside',
+                     'rmsprop_fan_in_reference', 'num_critic_pretrain_frames',
+                     'separate_critic', 'core', 'lstm_init',
+                     'torso_grad_scale', 'torso_activation', 'torso_norm',
+                     'continual_method') + EWC_FLAGS
+
+
+def _field_help(entry, field: str) -> str:
+  """The field's description from its module's or its class's docstring,
+  where fields are listed as `name [default]: text` or `a, b: text`."""
+  module = sys.modules[entry.config.__module__]
+  lines = ((module.__doc__ or '') + '\n' +
+           (entry.config.__doc__ or '')).splitlines()
+  header = re.compile(r'^(\s+)([\w ,]+(?:\[[^\]]*\][\w ,]*)*):\s*(.*)$')
+  for i, line in enumerate(lines):
+    match = header.match(line)
+    if not match:
+      continue
+    names = [n.strip() for n in re.sub(r'\[[^\]]*\]', '',
+                                       match.group(2)).split(',')]
+    if field not in names:
+      continue
+    indent, text = len(match.group(1)), [match.group(3)]
+    for follow in lines[i + 1:]:  # Continuation lines are indented more.
+      if not follow.strip() or len(follow) - len(follow.lstrip()) <= indent:
+        break
+      text.append(follow.strip())
+    return ' '.join(t for t in text if t)
+  return ''
+
+
+def _define_algorithm_flags():
+  """Defines `--<field>` for every port-specific config field.
+
+  Returns:
+    {field: [algorithm names that have it]}.
+  """
+  owners = {}
+  for name, entry in sorted(registry.ALGORITHMS.items()):
+    if name == 'impala':
+      continue
+    for field, default in entry.config._field_defaults.items():
+      if field not in SHARED_FIELDS:
+        owners.setdefault(field, []).append((name, entry, default))
+  for field, entries in sorted(owners.items()):
+    defaults = [d for _, _, d in entries if d is not None]
+    described = next((h for h in (_field_help(e, field) for _, e, _ in entries)
+                      if h), '')
+    help_text = (f'{described} ' if described else '') + '(' + ', '.join(
+        f'{name}: {default!r}' for name, _, default in entries) + ')'
+    if defaults and all(isinstance(d, bool) for d in defaults):
+      flags.DEFINE_bool(field, None, help_text)
+    elif defaults and all(isinstance(d, int) and not isinstance(d, bool)
+                          for d in defaults):
+      flags.DEFINE_integer(field, None, help_text)
+    elif defaults and all(isinstance(d, str) for d in defaults):
+      flags.DEFINE_string(field, None, help_text)
+    else:  # Floats, and optional numbers whose default is None.
+      flags.DEFINE_float(field, None, help_text)
+  return {field: [name for name, _, _ in entries]
+          for field, entries in owners.items()}
+
+
+ALGORITHM_FLAGS = _define_algorithm_flags()
+FLAG_GROUPS.end()

@@ -1,0 +1,194 @@
+"""The checks of `python -m clear.train`'s flags, before anything runs.
+
+`validate` raises one `app.UsageError` that names every flag (combination)
+that is wrong: IMPALA-CLEAR's, the continual methods', the ports' (a port's
+config is built and checked by its algorithm), the task sequence's, test
+mode's and the env's.
+"""
+
+import math
+
+from absl import app
+
+from clear.algorithms import registry
+from clear.cli import configs
+from clear.cli import defaults
+from clear.cli import flags as cli_flags
+from clear.replay import buffer as replay_lib
+from clear.runtime import record as record_lib
+
+
+def _impala_problems(f):
+  """What is wrong with the IMPALA-CLEAR flags."""
+  problems = [f'--{name} applies to --algorithm='
+              f'{"/".join(cli_flags.ALGORITHM_FLAGS[name])}, not impala.'
+              for name in sorted(cli_flags.ALGORITHM_FLAGS) if f[name].present]
+  # An unknown family is reported by validate; its batch size is the flag's.
+  known_family = defaults.env_family(f.env) in defaults.FAMILY_DEFAULTS
+  batch_size = (defaults.family_default(f, 'batch_size') if known_family
+                else f.batch_size)
+  num_replay = 0
+  if batch_size is not None:
+    try:
+      num_replay = replay_lib.replay_batch_size(batch_size,
+                                                f.replay_proportion)
+    except ValueError as e:
+      problems.append(f'--replay_proportion / --batch_size: {e}')
+  if num_replay == 0 and f.replay_proportion == 0 and (
+      (f['policy_cloning_cost'].present and f.policy_cloning_cost) or
+      (f['value_cloning_cost'].present and f.value_cloning_cost)):
+    problems.append('--policy_cloning_cost / --value_cloning_cost need '
+                    'replay: set --replay_proportion > 0 or drop them.')
+  if num_replay and f.replay_buffer_size < 1:
+    problems.append('--replay_buffer_size must be >= 1 with replay on.')
+  elif num_replay > f.replay_buffer_size:
+    problems.append(
+        f'--replay_buffer_size={f.replay_buffer_size} holds fewer unrolls '
+        f'than the {num_replay} replayed in each batch (--batch_size='
+        f'{batch_size} x --replay_proportion={f.replay_proportion:g}); give '
+        f'--replay_buffer_size >= {num_replay}.')
+  if f.replay_prefill_unrolls > f.replay_buffer_size:
+    problems.append(
+        f'--replay_prefill_unrolls={f.replay_prefill_unrolls} exceeds '
+        f'--replay_buffer_size={f.replay_buffer_size}: the buffer could '
+        'never fill that far, and no update would ever be made.')
+  if f.learning_rate_warmup_frames < 0:
+    problems.append('--learning_rate_warmup_frames must be >= 0.')
+  elif (defaults.env_family(f.env) in defaults.FAMILY_DEFAULTS and
+        f.learning_rate_warmup_frames >= defaults.total_frames(f) > 0):
+    problems.append(
+        f'--learning_rate_warmup_frames ({f.learning_rate_warmup_frames:,}) '
+        'must be below --total_environment_frames '
+        f'({defaults.total_frames(f):,}): the rate would never reach its peak.')
+  for name in ('entropy_cost', 'entropy_cost_end'):
+    if f[name].value is not None and not f[name].value >= 0:
+      problems.append(f'--{name} must be >= 0.')
+  if f.rmsprop_initial_mean_square < 0:
+    problems.append('--rmsprop_initial_mean_square must be >= 0.')
+  if not (math.isfinite(f.rmsprop_epsilon) and f.rmsprop_epsilon > 0):
+    problems.append('--rmsprop_epsilon must be a finite number > 0.')
+  if f.rmsprop_fan_in_reference < 0:
+    problems.append('--rmsprop_fan_in_reference must be >= 0.')
+  for name in ('rmsprop_initial_mean_square', 'rmsprop_epsilon',
+               'rmsprop_epsilon_outside', 'rmsprop_fan_in_reference'):
+    if f[name].present and defaults.family_default(f, 'optimizer') != 'rmsprop':
+      problems.append(f'--{name} needs --optimizer=rmsprop.')
+  return problems + _continual_problems(f)
+
+
+def _continual_problems(f):
+  """What is wrong with --continual_method and its flags."""
+  method = f.continual_method
+  if method == 'none':
+    return [f'--{name} needs --continual_method=ewc or online_ewc.'
+            for name in cli_flags.EWC_FLAGS if f[name].present]
+  problems = []
+  if ',' not in f.env:
+    problems.append(f'--continual_method={method} needs a task sequence '
+                    '--env (comma-separated tasks).')
+  if not (math.isfinite(f.ewc_lambda) and f.ewc_lambda >= 0):
+    problems.append(f'--ewc_lambda must be a finite number >= 0 (got '
+                    f'{f.ewc_lambda}).')
+  if not 0 < f.ewc_gamma <= 1:
+    problems.append(f'--ewc_gamma must be in (0, 1] (got {f.ewc_gamma}).')
+  elif f['ewc_gamma'].present and method != 'online_ewc':
+    problems.append('--ewc_gamma applies to --continual_method=online_ewc.')
+  for name in ('ewc_fisher_batches', 'ewc_fisher_frames'):
+    if getattr(f, name) < 1:
+      problems.append(f'--{name} must be >= 1 (got {getattr(f, name)}).')
+  return problems
+
+
+def _port_problems(f):
+  """What is wrong with the flags of PPG, SAC or DDPG."""
+  problems = [f'--{name} applies to --algorithm=impala only.'
+              for name in cli_flags.IMPALA_ONLY_FLAGS if f[name].present]
+  owners = cli_flags.ALGORITHM_FLAGS
+  problems += [f'--{name} applies to --algorithm='
+               f'{"/".join(owners[name])}, not {f.algorithm}.'
+               for name in sorted(owners)
+               if f[name].present and f.algorithm not in owners[name]]
+  if not problems:
+    try:
+      registry.ALGORITHMS[f.algorithm].validate(
+          configs.port_config(f, configs.env_options_from_flags(f)))
+    except (ValueError, TypeError) as e:
+      problems.append(f'--algorithm={f.algorithm}: {e}')
+  return problems
+
+
+def validate(f) -> None:
+  """Checks flag combinations; raises app.UsageError naming the flags."""
+  problems = []
+  if f.unroll_length < 1:
+    problems.append(f'--unroll_length must be >= 1 (got {f.unroll_length}).')
+  if f.batch_size is not None and f.batch_size < 1:
+    problems.append(f'--batch_size must be >= 1 (got {f.batch_size}).')
+  if not (math.isfinite(f.torso_grad_scale) and f.torso_grad_scale >= 0):
+    problems.append(f'--torso_grad_scale must be a finite number >= 0 (got '
+                    f'{f.torso_grad_scale}).')
+  if f.core_size is not None and (
+      f.core_size < 0 or f.core_size == 0 and f.algorithm != 'impala'):
+    problems.append(f'--core_size must be >= 1, or 0 (feed-forward) with '
+                    f'--algorithm=impala (got {f.core_size}).')
+  if f.algorithm == 'impala':
+    problems.extend(_impala_problems(f))
+  else:
+    problems.extend(_port_problems(f))
+  known_family = defaults.env_family(f.env) in defaults.FAMILY_DEFAULTS
+  if f.total_environment_frames is not None and f.total_environment_frames < 1:
+    problems.append('--total_environment_frames must be >= 1.')
+  elif known_family and f.num_critic_pretrain_frames > defaults.total_frames(f):
+    problems.append(
+        f'--num_critic_pretrain_frames ({f.num_critic_pretrain_frames:,}) '
+        'exceeds --total_environment_frames '
+        f'({defaults.total_frames(f):,}).')
+  if f.num_actors < 1 or (f.envs_per_actor is not None and
+                          f.envs_per_actor < 1):
+    problems.append('--num_actors and --envs_per_actor must be >= 1.')
+  if f.step_mul is not None and f.step_mul < 1:
+    problems.append(f'--step_mul must be >= 1 (got {f.step_mul}).')
+  if not f.fixed_step_mul and f.max_step_mul < 1:
+    problems.append('--max_step_mul must be >= 1 with --nofixed_step_mul.')
+  if not f.fixed_step_mul and f['step_mul'].present:
+    problems.append('--step_mul applies to fixed multipliers only; with '
+                    '--nofixed_step_mul set --max_step_mul instead.')
+  if not 0.0 <= f.discounting <= 1.0:
+    problems.append(f'--discounting must be in [0, 1] (got {f.discounting}).')
+  if f.learning_rate is not None and f.learning_rate <= 0:
+    problems.append('--learning_rate must be > 0.')
+  if ',' in f.env:
+    if f.frames_per_task < 1:
+      problems.append('A sequence --env needs --frames_per_task >= 1.')
+    elif f['total_environment_frames'].present and (
+        f.total_environment_frames != defaults.sequence_frames(f)):
+      problems.append(
+          f'--total_environment_frames ({f.total_environment_frames:,}) '
+          'differs from --frames_per_task x tasks x --num_task_cycles '
+          f'({defaults.sequence_frames(f):,}); leave it unset for a sequence.')
+    if f.num_task_cycles < 1:
+      problems.append('--num_task_cycles must be >= 1.')
+  elif f['frames_per_task'].present or f['num_task_cycles'].present:
+    problems.append('--frames_per_task / --num_task_cycles need a sequence '
+                    '--env (comma-separated tasks).')
+  if f.eval_interval_frames < 0 or f.eval_episodes < 1 or (
+      f.eval_max_steps < 1):
+    problems.append('--eval_interval_frames must be >= 0, --eval_episodes '
+                    'and --eval_max_steps >= 1.')
+  if f['init_scope'].present and not f.init_from:
+    problems.append('--init_scope needs --init_from.')
+  if f.test_num_episodes < 1:
+    problems.append('--test_num_episodes must be >= 1.')
+  if f.record and f.mode != 'test':
+    problems.append('--record applies to --mode=test.')
+  elif f.record:
+    problem = record_lib.path_problem(f.record, f.record_overwrite)
+    if problem:
+      problems.append(f'--record={f.record}: {problem}.')
+  if f.record_overwrite and not f.record:
+    problems.append('--record_overwrite needs --record.')
+  if not known_family:
+    problems.append(f'--env={f.env!r}: unknown family; use atari:<Game>, '
+                    'sc2:<Map>, gym:<id> or minatar:<Game>.')
+  if problems:
+    raise app.UsageError('\n'.join(problems))
