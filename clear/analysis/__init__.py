@@ -1,4 +1,4 @@
 """Reading what runs wrote: scalar summaries from event files (`events`),
-and the curves, summaries and figures `python -m clear.plot` makes of them.
-No TensorFlow: event files are parsed here.
+which `python -m clear.plot` (clear/plot.py) turns into curves, tables and
+figures. No TensorFlow: event files are parsed here.
 """
