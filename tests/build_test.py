@@ -5,7 +5,9 @@ parsed with `ast` (never executed). Every folder of the project's packages
 that holds Python files has a BUILD file (`clear/ops/BUILD` for
 `clear.ops`). The test fails when a module or test has no target, a dep names
 a target that does not exist, or a module imports a project module that its
-target does not list as a dep.
+target does not list as a dep; it also fails on an import cycle among the
+library modules, and on a module of clear/, agents/ or envs/ above 800
+lines.
 """
 
 import ast
@@ -220,3 +222,82 @@ def test_imports_of_sub_packages_are_resolved(tmp_path):
       'clear/ops', 'vtrace.py')
   assert module_location('clear.ops', str(tmp_path)) == (
       'clear/ops', '__init__.py')
+
+
+def module_name(package, filename):
+  """('clear/ops', 'vtrace.py') -> 'clear.ops.vtrace'; a package's
+  __init__.py -> its own name."""
+  parts = package.split('/')
+  if filename != '__init__.py':
+    parts.append(filename[:-len('.py')])
+  return '.'.join(parts)
+
+
+def import_graph(root=ROOT, packages=None):
+  """{module: project modules it imports} for the library packages."""
+  if packages is None:
+    packages = find_packages(root, LIBRARY_PACKAGES)
+  graph = {}
+  for package in packages:
+    folder = os.path.join(root, package)
+    for filename in sorted(os.listdir(folder)):
+      if filename.endswith('.py'):
+        graph[module_name(package, filename)] = project_imports(
+            os.path.join(folder, filename), root)
+  return graph
+
+
+def find_cycle(graph):
+  """One import cycle of `graph` as [a, b, ..., a], or None."""
+  state, path = {}, []  # state: 1 on the current path, 2 done.
+
+  def visit(node):
+    state[node] = 1
+    path.append(node)
+    for other in sorted(graph.get(node, ())):
+      if state.get(other) == 1:
+        return path[path.index(other):] + [other]
+      if other not in state:
+        found = visit(other)
+        if found:
+          return found
+    path.pop()
+    state[node] = 2
+    return None
+
+  for node in sorted(graph):
+    if node not in state:
+      found = visit(node)
+      if found:
+        return found
+  return None
+
+
+def test_no_import_cycle():
+  graph = import_graph()
+  assert 'clear.ops.vtrace' in graph and 'clear.train' in graph
+  cycle = find_cycle(graph)
+  assert cycle is None, 'import cycle: ' + ' -> '.join(cycle)
+
+
+def test_an_import_cycle_is_found(tmp_path):
+  """The check can fail: a -> b -> c -> a is reported, a -> b alone not."""
+  folder = tmp_path / 'clear'
+  folder.mkdir()
+  (folder / '__init__.py').write_text('')
+  (folder / 'a.py').write_text('from clear import b\n')
+  (folder / 'b.py').write_text('import clear.c\n')
+  (folder / 'c.py').write_text('')
+  graph = import_graph(str(tmp_path), ['clear'])
+  assert graph['clear.a'] == {'clear.b'} and find_cycle(graph) is None
+  (folder / 'c.py').write_text('def f():\n  from clear import a\n')
+  assert find_cycle(import_graph(str(tmp_path), ['clear'])) == [
+      'clear.a', 'clear.b', 'clear.c', 'clear.a']
+
+
+def test_no_module_is_above_800_lines():
+  for package in find_packages(ROOT, ('clear', 'agents', 'envs')):
+    for filename in python_files(package):
+      with open(os.path.join(ROOT, package, filename)) as f:
+        lines = sum(1 for _ in f)
+      assert lines <= 800, f'{package}/{filename} has {lines} lines (> 800)'
