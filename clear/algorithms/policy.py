@@ -143,6 +143,13 @@ class Policy(abc.ABC):
     time (e.g. while actors start), without updating anything."""
     del example_batch, critic
 
+  def create_slots(self, critic: bool = False):
+    """Makes the optimizers' slots now, without tracing (`trace` makes them
+    too), so that a checkpoint restored before fills them and one saved
+    before any update keeps them. Policies whose optimizers make their slots
+    when built have nothing to do."""
+    del critic
+
   @property
   def num_env_frames(self) -> int:
     raise NotImplementedError

@@ -569,12 +569,14 @@ def _train(config, stop_requested, max_updates, on_start, lock):
     lock.abandon()
     raise
   writer = tf.summary.create_file_writer(config.logdir)
+  critic = run.frames < config.num_critic_pretrain_frames
   if not stop_requested():  # A run stopped at once skips it: seconds.
     with writer.as_default():  # Summary ops bind to the writer when traced.
       # Build the learner's graphs while the actors start up.
       run.policy.trace(policy_lib.example_batch(run.policy, lc.unroll_length,
-                                                lc.batch_size),
-                       critic=run.frames < config.num_critic_pretrain_frames)
+                                                lc.batch_size), critic=critic)
+  else:  # The slots a restored checkpoint holds must be in the next one.
+    run.policy.create_slots(critic=critic)
   first_update_s = float('nan')
   updates = 0
   stopped_early = False

@@ -210,6 +210,18 @@ class ImpalaClearLearner(snt.Module):
                             self._critic_step_fn)
     return self._critic_step_fn(batch)
 
+  def create_slots(self, critic: bool = False):
+    """Makes the optimizer's slots (and the critic optimizer's, with
+    `critic`) now, without tracing: a checkpoint restored before fills them,
+    so one saved before any update still holds them."""
+    optimizers.create_slots(self.optimizer,
+                            lambda: self.agent.trainable_variables,
+                            self._step_fn)
+    if critic:
+      optimizers.create_slots(self.critic_optimizer,
+                              lambda: self.agent.critic_variables,
+                              self._critic_step_fn)
+
   @snt.no_name_scope
   def trace(self, signature, critic: bool = False):
     """Builds the graph of `step` (and of `critic_step`) without running it.
@@ -218,14 +230,9 @@ class ImpalaClearLearner(snt.Module):
       signature: nest of `tf.TensorSpec` of a batch (an `Unroll`).
       critic: also build `critic_step`'s graph.
     """
-    optimizers.create_slots(self.optimizer,
-                            lambda: self.agent.trainable_variables,
-                            self._step_fn)
+    self.create_slots(critic)
     self._step_fn.get_concrete_function(signature)
     if critic:
-      optimizers.create_slots(self.critic_optimizer,
-                              lambda: self.agent.critic_variables,
-                              self._critic_step_fn)
       self._critic_step_fn.get_concrete_function(signature)
 
   def consolidate(self, batches, slot: int) -> ewc.FisherSummary:

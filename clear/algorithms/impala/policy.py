@@ -108,6 +108,9 @@ class ImpalaPolicy(policy_lib.Policy):
         example_batch)
     self.learner.trace(signature, critic=critic)
 
+  def create_slots(self, critic=False):
+    self.learner.create_slots(critic)
+
   @property
   def num_env_frames(self):
     return int(self.learner.num_env_frames.numpy())
