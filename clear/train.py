@@ -112,7 +112,8 @@ def run_test(config: run_config_lib.RunConfig, num_episodes: int,
              record_path: str = '') -> int:
   """Test mode: plays the episodes, prints the results, then writes them to
   test_results.json; the printed results stay if the write fails. With
-  `record_path`, one more episode is then written there (GIF or MP4)."""
+  `record_path`, one more episode is then written there (GIF or MP4; one
+  file per distinct task of a sequence)."""
   _say_if_live(config.logdir, 'testing its newest checkpoint as of now; '
                'the run goes on writing new ones.')
   spec = run_config_lib.env_spec(config)  # Imports the env's packages.
@@ -135,11 +136,11 @@ def run_test(config: run_config_lib.RunConfig, num_episodes: int,
   else:
     logging.info('Test results written to %s.', path)
   if record_path:
-    recording = evaluation_lib.record_episode(config, record_path)
-    print(f'Recorded {recording.num_frames} frames (return '
-          f'{recording.episode_return:g}'
-          f'{"" if recording.finished else ", cut at --eval_max_steps"}) '
-          f'to {recording.path}.', flush=True)
+    for recording in evaluation_lib.record_episodes(config, record_path):
+      print(f'Recorded {recording.num_frames} frames (return '
+            f'{recording.episode_return:g}'
+            f'{"" if recording.finished else ", cut at --eval_max_steps"}) '
+            f'to {recording.path}.', flush=True)
   return 0
 
 

@@ -82,6 +82,16 @@ def test_vector_observations_are_refused_by_name():
     record.image_key(spec)
 
 
+def test_a_sequence_records_each_distinct_task_in_its_own_file():
+  assert record.task_paths('out/final.gif', ['atari:Pong']) == [
+      (0, 'out/final.gif')]
+  assert record.task_paths('out/final.gif', [
+      'atari:SpaceInvaders', 'atari:BeamRider', 'atari:SpaceInvaders',
+      'gym:MountainCar-v0 x']) == [
+          (0, 'out/final_SpaceInvaders.gif'), (1, 'out/final_BeamRider.gif'),
+          (3, 'out/final_MountainCar-v0_x.gif')]
+
+
 def test_a_path_is_checked_before_anything_is_played(tmp_path):
   gif = tmp_path / 'episode.gif'
   assert record.path_problem(str(gif)) is None

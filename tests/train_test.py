@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 from absl import flags
 from absl.testing import flagsaver
@@ -762,6 +763,44 @@ def test_test_mode_records_an_episode_as_a_gif(tmp_path, cartpole_v0_run):
   assert "error: --record draws an image observation, and " in result.stderr
   assert "'gym:CartPole-v0' has none" in result.stderr
   assert not os.path.exists(tmp_path / 'cartpole.gif')
+
+
+def test_test_mode_records_each_game_of_a_sequence(tmp_path):
+  logdir = str(tmp_path / 'sequence')
+  train_in_process(logdir, '--env=minatar:Breakout,minatar:Asterix,'
+                   'minatar:Breakout', '--frames_per_task=200',
+                   '--core_size=8', calls=1)
+  gif = str(tmp_path / 'final.gif')
+  paths = {game: str(tmp_path / f'final_{game}.gif')
+           for game in ('Breakout', 'Asterix')}
+  # One file of the two exists: refused by its name, nothing played.
+  with open(paths['Asterix'], 'wb') as f:
+    f.write(b'kept')
+  with flagsaver.flagsaver():
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--mode=test', f'--logdir={logdir}',
+                 f'--record={gif}', '--env=minatar:Breakout,minatar:Asterix,'
+                 'minatar:Breakout', '--frames_per_task=200'])
+    with pytest.raises(train.app.UsageError, match=re.escape(
+        f'--record={gif} (the recording {paths["Asterix"]}): the file '
+        'exists')):
+      validation.validate(flags.FLAGS)
+  os.remove(paths['Asterix'])
+  result = run_binary('--mode=test', f'--logdir={logdir}', f'--record={gif}',
+                      '--test_num_episodes=1', '--eval_max_steps=300',
+                      timeout=180)
+  assert result.returncode == 0, result.stderr[-3000:]
+  written = re.findall(r'Recorded \d+ frames \(return [-\d.]+(?:, cut at '
+                       r'--eval_max_steps)?\) to (.+)\.', result.stdout)
+  assert written == [paths['Breakout'], paths['Asterix']], result.stdout
+  assert not os.path.exists(gif)
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  first = {}
+  for game, path in paths.items():
+    with Image.open(path) as image:
+      first[game] = np.asarray(image.convert('RGB'))
+  # Asterix's board and Breakout's bricks: two games, two pictures.
+  assert not np.array_equal(first['Breakout'], first['Asterix'])
 
 
 @pytest.mark.slow  # About 30 s on 2 cores: run by .ci/run's slow step.

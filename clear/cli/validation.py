@@ -182,9 +182,12 @@ def validate(f) -> None:
   if f.record and f.mode != 'test':
     problems.append('--record applies to --mode=test.')
   elif f.record:
-    problem = record_lib.path_problem(f.record, f.record_overwrite)
-    if problem:
-      problems.append(f'--record={f.record}: {problem}.')
+    tasks = [name.strip() for name in f.env.split(',')]
+    for _, path in record_lib.task_paths(f.record, tasks):
+      problem = record_lib.path_problem(path, f.record_overwrite)
+      if problem:
+        where = '' if path == f.record else f' (the recording {path})'
+        problems.append(f'--record={f.record}{where}: {problem}.')
   if f.record_overwrite and not f.record:
     problems.append('--record_overwrite needs --record.')
   if not known_family:

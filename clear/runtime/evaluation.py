@@ -7,7 +7,7 @@
     `eval_interval_frames`, and at each task switch of a sequence) into its
     `clear.continual.history.EvalHistory`, and the continual-learning
     metrics written at the end;
-  * test mode (`evaluate`, `write_test_results`, `record_episode`): a run's
+  * test mode (`evaluate`, `write_test_results`, `record_episodes`): a run's
     newest readable checkpoint played for `--test_num_episodes` episodes, or
     recorded as a GIF or an MP4.
 """
@@ -278,22 +278,27 @@ def restored_acting_policy(config: run_config_lib.RunConfig):
   return policy, path
 
 
-def record_episode(config: run_config_lib.RunConfig,
-                   path: str) -> record_lib.Recording:
-  """Plays one episode (seed `config.seed + 2`, the first task of a
-  sequence) with the newest readable checkpoint and writes it to `path`, a
-  GIF or an MP4 of what the agent saw (`clear.runtime.record`)."""
+def record_episodes(config: run_config_lib.RunConfig,
+                    path: str) -> List[record_lib.Recording]:
+  """Plays one episode (seed `config.seed + 2`) with the newest readable
+  checkpoint and writes it to `path`, a GIF or an MP4 of what the agent saw
+  (`clear.runtime.record`); a task sequence, one episode of each distinct
+  task, each to its own file (`record.task_paths`)."""
   policy, _ = restored_acting_policy(config)
-  options = dict(config.env_options)
-  if multitask.is_sequence(config.env_name):
-    options['task'] = 0
-  env = envs.make(config.env_name, num_envs=1, seed=config.seed + 2,
-                  **options)
-  try:
-    return record_lib.record_episode(env, policy, path,
-                                     max_steps=config.eval_max_steps)
-  finally:
-    env.close()
+  tasks = multitask.split_sequence(config.env_name)
+  recordings = []
+  for task, task_path in record_lib.task_paths(path, tasks):
+    options = dict(config.env_options)
+    if multitask.is_sequence(config.env_name):
+      options['task'] = task
+    env = envs.make(config.env_name, num_envs=1, seed=config.seed + 2,
+                    **options)
+    try:
+      recordings.append(record_lib.record_episode(
+          env, policy, task_path, max_steps=config.eval_max_steps))
+    finally:
+      env.close()
+  return recordings
 
 
 def write_test_results(logdir: str, summary: dict) -> str:

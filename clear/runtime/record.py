@@ -14,7 +14,9 @@ matplotlib: `pip install "clear-rl[plot]"`); `.mp4` (H.264) needs imageio
 with its ffmpeg plugin (`pip install imageio imageio-ffmpeg`), which the
 project does not require. `path_problem` checks a path before any episode
 is played: the extension, a writer for it, the folder, and an existing
-file, which is replaced only when asked. The file is written under a
+file, which is replaced only when asked. A task sequence is recorded once
+per distinct task, each in its own file (`task_paths`: `final.gif` becomes
+`final_SpaceInvaders.gif`, `final_BeamRider.gif`, ...). The file is written under a
 temporary name beside it and then renamed, so an episode that fails
 leaves whatever was there untouched.
 """
@@ -23,7 +25,7 @@ import colorsys
 import importlib
 import os
 import tempfile
-from typing import List, NamedTuple, Optional
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -81,6 +83,29 @@ def writer_problem(path: str) -> Optional[str]:
     except ImportError:
       return f'writing {extension} needs {what}'
   return None
+
+
+def task_paths(path: str, tasks: Sequence[str]) -> List[Tuple[int, str]]:
+  """(task index, file) of each recording `--record=path` makes.
+
+  One task: `path` itself. A sequence (`tasks`, its names in order, with
+  repeats): one file per distinct task, at the index of its first visit,
+  named `<stem>_<game><extension>` with the game's name without its family
+  (`atari:MsPacman` -> `MsPacman`; characters other than letters, digits,
+  `-` and `.` become `_`).
+  """
+  if len(tasks) <= 1:
+    return [(0, path)]
+  stem, extension = os.path.splitext(path)
+  out, seen = [], set()
+  for index, name in enumerate(tasks):
+    if name in seen:
+      continue
+    seen.add(name)
+    game = name.split(':', 1)[-1]
+    game = ''.join(c if c.isalnum() or c in '-.' else '_' for c in game)
+    out.append((index, f'{stem}_{game}{extension}'))
+  return out
 
 
 def path_problem(path: str, overwrite: bool = False) -> Optional[str]:
