@@ -30,7 +30,8 @@ from clear.analysis import events
 
 JSON_FILES = ('run.json', 'tasks.json', 'continual_metrics.json',
               'test_results.json')
-DEFAULT_PREFIXES = ('eval/', 'runtime/run_time_s', 'runtime/num_env_frames')
+DEFAULT_PREFIXES = ('eval/', 'runtime/run_time_s', 'runtime/num_env_frames',
+                    'runtime/memory_')
 
 
 

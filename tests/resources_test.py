@@ -2,6 +2,9 @@
 refused."""
 
 import logging
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -99,3 +102,41 @@ def test_the_default_buffers_fit_a_modest_machine(env_name, core_size,
   assert needs[0].plan.memory_bytes == 10_000 * item_bytes
   with caplog.at_level(logging.WARNING):
     assert resources.check_replay_fits(needs, available_memory=4 * GB) == []
+
+
+def test_tree_memory_counts_the_children_it_has():
+  # A child holding 300 MB of touched pages adds them to the tree's PSS.
+  alone = resources.tree_memory()
+  child = subprocess.Popen(
+      [sys.executable, '-c', 'import sys, time; b = bytearray(300 << 20); '
+       'b[::4096] = b"x" * len(b[::4096]); print("ready", flush=True); '
+       'time.sleep(60)'], stdout=subprocess.PIPE, text=True)
+  try:
+    assert child.stdout.readline().strip() == 'ready'
+    with_child = resources.tree_memory()
+    of_child = resources.tree_memory(child.pid)
+  finally:
+    child.kill()
+    child.wait()
+  assert with_child.processes == alone.processes + 1
+  assert of_child.processes == 1 and of_child.pss > 300 << 20
+  assert with_child.pss - alone.pss > 300 << 20
+  assert with_child.rss >= with_child.pss
+
+
+def test_a_memory_watch_measures_once_an_interval_and_keeps_the_peak():
+  now = [0.0]
+  readings = iter([resources.TreeMemory(5, 9, 2),
+                   resources.TreeMemory(7, 8, 3),
+                   resources.TreeMemory(4, 10, 1)])
+  fake_measure = lambda: next(readings)
+  watch = resources.MemoryWatch(interval_s=60, measure=fake_measure,
+                                clock=lambda: now[0])
+  assert watch.last is None and watch.peak == (0, 0, 0)
+  assert watch.maybe_measure() == (5, 9, 2)  # The first is taken at once.
+  now[0] = 59.9
+  assert watch.maybe_measure() is None
+  now[0] = 60.0
+  assert watch.maybe_measure() == (7, 8, 3)
+  assert watch.maybe_measure(force=True) == (4, 10, 1)
+  assert watch.peak == (7, 10, 3) and watch.last == (4, 10, 1)

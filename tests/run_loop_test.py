@@ -242,8 +242,14 @@ def test_summaries_are_stepped_by_env_frames_and_every_run_logs_progress(
       15, 25, 35]
   assert scalar_series(tmp_path, 'runtime/num_updates') == [(35, 3.0)]
   for tag in ('runtime/env_frames_per_s', 'runtime/run_time_s',
-              'replay/size', 'replay/bytes', 'grad_norm'):
+              'replay/size', 'replay/bytes', 'grad_norm',
+              'runtime/memory_pss_mb', 'runtime/memory_peak_pss_mb'):
     assert scalar_series(tmp_path, tag)[-1][0] == 35, tag
+  # The memory of the run's process (inline: one), with TensorFlow loaded.
+  (_, pss_mb), = scalar_series(tmp_path, 'runtime/memory_pss_mb')
+  assert 100 < pss_mb < 20_000
+  assert result.peak_memory_mb == pytest.approx(pss_mb)
+  assert any(r.getMessage().startswith('memory: ') for r in caplog.records)
   # clear.plot reads the curves against frames, also over a resume.
   run_loop.train(config, max_updates=2)
   scalars = plot.read_scalars(str(tmp_path))

@@ -1,4 +1,5 @@
-"""What a run's replay will take of the machine, checked before it starts.
+"""What a run takes of the machine: its replay, checked before it starts,
+and the memory of its processes, watched while it runs.
 
 A replay buffer allocates its whole capacity at its first insert (see
 `clear.replay.buffer.ReplayBuffer.storage_plan`): in memory, or for memmap
@@ -8,13 +9,19 @@ was written. `check_replay_fits` compares the plan with the memory
 available now (psutil's `available`: free plus reclaimable caches) and the
 free disk under the memmap folder, and refuses with one message naming the
 flag, the bytes needed and the bytes there are.
+
+`tree_memory` measures the learner's process and its descendants (actor
+processes, a local Ray's workers); `MemoryWatch` keeps the peak of such
+readings over a run, taken at most once every `interval_s` (reading PSS
+walks each process's page tables: tens of milliseconds for a large one).
 """
 
 import glob
 import logging
 import os
 import shutil
-from typing import Dict, List, NamedTuple, Optional
+import time
+from typing import Callable, Dict, List, NamedTuple, Optional
 
 import psutil
 
@@ -165,3 +172,67 @@ def check_replay_fits(needs: List[ReplayNeed],
   for warning in warnings:
     logging.warning('%s', warning)
   return warnings
+
+
+class TreeMemory(NamedTuple):
+  """Memory of a process and its descendants, in bytes.
+
+  Attributes:
+    pss: proportional set sizes summed (a page shared by n processes counts
+      1/n in each): what the tree really holds.
+    rss: resident set sizes summed (shared pages counted in every process).
+    processes: how many processes were measured.
+  """
+  pss: int
+  rss: int
+  processes: int
+
+
+def tree_memory(pid: Optional[int] = None) -> TreeMemory:
+  """Measures process `pid` (default: this one) and all its descendants;
+  a process that ends meanwhile, or cannot be read, is left out."""
+  root = psutil.Process(pid)
+  pss = rss = count = 0
+  for process in [root] + root.children(recursive=True):
+    try:
+      info = process.memory_full_info()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+      continue
+    pss += getattr(info, 'pss', info.rss)  # PSS is Linux's; RSS elsewhere.
+    rss += info.rss
+    count += 1
+  return TreeMemory(pss, rss, count)
+
+
+class MemoryWatch:
+  """The peak of a run's memory readings, taken at most every `interval_s`.
+
+  Attributes:
+    peak: the largest PSS and RSS seen (`TreeMemory`, each maximised on its
+      own), zeros before the first reading.
+    last: the latest reading, or None.
+  """
+
+  def __init__(self, interval_s: float = 60.0,
+               measure: Callable[[], TreeMemory] = tree_memory,
+               clock: Callable[[], float] = time.monotonic):
+    self._interval_s = interval_s
+    self._measure = measure
+    self._clock = clock
+    self._measured_at = None
+    self.peak = TreeMemory(0, 0, 0)
+    self.last = None
+
+  def maybe_measure(self, force: bool = False) -> Optional[TreeMemory]:
+    """Measures if `interval_s` has passed since the last reading (or
+    `force`, or never measured); returns the reading, or None."""
+    now = self._clock()
+    if not force and self._measured_at is not None and (
+        now - self._measured_at < self._interval_s):
+      return None
+    self._measured_at = now
+    self.last = self._measure()
+    self.peak = TreeMemory(max(self.peak.pss, self.last.pss),
+                           max(self.peak.rss, self.last.rss),
+                           max(self.peak.processes, self.last.processes))
+    return self.last

@@ -67,6 +67,7 @@ class RunResult(NamedTuple):
   wall_time_s: float
   first_update_s: float
   stopped_early: bool
+  peak_memory_mb: float = float('nan')  # PSS of the process tree.
 
 
 def split_batch_major(nest, batch_size: int):
@@ -447,8 +448,11 @@ def _check_finite(stats, config: run_config_lib.RunConfig):
         'final checkpoint holds the last finite model.')
 
 
-def _log_progress(run: _Run, pool, frame_rate, step_rate, total):
-  """Writes the runtime summaries and the progress lines."""
+def _log_progress(run: _Run, pool, frame_rate, step_rate, total, memory,
+                  final: bool = False):
+  """Writes the runtime summaries and the progress lines (with `memory`, a
+  `resources.MemoryWatch`, the process tree's memory about once a minute,
+  and at the `final` line)."""
   lc = run.config.learner_config
   fps = frame_rate.measure(run.frames)
   ups = step_rate.measure(run.version)
@@ -480,6 +484,14 @@ def _log_progress(run: _Run, pool, frame_rate, step_rate, total):
                  f'{len(run.buffer) * per_unroll:,}',
                  f'{run.buffer.capacity * per_unroll:,}', unit,
                  run.buffer.nbytes / 1e6)
+  reading = memory.maybe_measure(force=final)
+  if reading is not None:
+    tf.summary.scalar('runtime/memory_pss_mb', reading.pss / 1e6, step=step)
+    tf.summary.scalar('runtime/memory_peak_pss_mb', memory.peak.pss / 1e6,
+                      step=step)
+    logging.info('memory: %.0f MB (PSS of %d processes; RSS sum %.0f MB), '
+                 'peak %.0f MB', reading.pss / 1e6, reading.processes,
+                 reading.rss / 1e6, memory.peak.pss / 1e6)
 
 
 def train(config: run_config_lib.RunConfig,
@@ -581,6 +593,7 @@ def _train(config, stop_requested, max_updates, on_start, lock):
   updates = 0
   stopped_early = False
   evaluation = None
+  memory = resources.MemoryWatch()
   try:
     if run.schedule is not None or config.eval_interval_frames:
       evaluation = evaluation_lib.PeriodicEvaluation(run)
@@ -627,7 +640,7 @@ def _train(config, stop_requested, max_updates, on_start, lock):
             pool.publish(run.policy.get_weights(), run.version)
         now = time.monotonic()
         if now - last_log >= config.log_interval_s:
-          _log_progress(run, pool, frame_rate, step_rate, total)
+          _log_progress(run, pool, frame_rate, step_rate, total, memory)
           last_log, logged_at = now, (run.frames, run.version)
         if now - last_checkpoint >= config.checkpoint_interval_s:
           run.save(_actor_state(pool))
@@ -637,7 +650,8 @@ def _train(config, stop_requested, max_updates, on_start, lock):
       # Every run ends with a progress line and its runtime summaries, also
       # one shorter than the log interval.
       if logged_at != (run.frames, run.version):
-        _log_progress(run, pool, frame_rate, step_rate, total)
+        _log_progress(run, pool, frame_rate, step_rate, total, memory,
+                      final=True)
   finally:
     actor_state = _actor_state(pool)
     pool.close()
@@ -647,4 +661,5 @@ def _train(config, stop_requested, max_updates, on_start, lock):
     writer.flush()
   return RunResult(run.frames, run.policy.num_updates, run.phase_name,
                    run.episodes.mean_return, run.episodes.total,
-                   time.monotonic() - start, first_update_s, stopped_early)
+                   time.monotonic() - start, first_update_s, stopped_early,
+                   memory.peak.pss / 1e6 if memory.last else float('nan'))
