@@ -1,21 +1,27 @@
-r"""Writes the baselines the continual MinAtar runs are normalised by.
+r"""Writes the baselines a task sequence's returns are normalised by.
 
-  python results/minatar/make_baselines.py --single_task_root=runs/minatar \
+  python results/make_baselines.py --single_task_root=runs/minatar \
       --frames=3000000 --out=results/minatar/baselines.json
+  python results/make_baselines.py \
+      --games=atari:SpaceInvaders,atari:BeamRider,atari:MsPacman \
+      --single_task_root=runs/atari_single --frames=6000000 --window=1000000 \
+      --out=results/atari_sequence/baselines.json
 
-Per game (`clear.continual.metrics.baselines_json`):
+Per game of `--games` (`clear.continual.metrics.baselines_json`), whose
+single-task run is the logdir `<single_task_root>/<Game>` (the name without
+its family: `atari:MsPacman` -> `MsPacman`):
   * low: the mean return of a uniformly random policy over
     `--random_episodes` episodes (the first episodes that
-    `--random_envs` envs, seeded from `--seed`, finish), with MinAtar's
-    defaults (sticky actions, difficulty ramping) as in training;
+    `--random_envs` envs, seeded from `--seed`, finish), with the env's
+    defaults as in training (MinAtar's sticky actions and difficulty
+    ramping; Atari's 4 frames an action, no-op starts and episode cap);
   * high: the single-task run's mean evaluation return at the
     evaluations within `--window` frames of `--frames` (the frames each
     game trains for in the sequence, over all its visits), so that a
     normalised return of 1 means "as good as training on that game alone
     for as long";
-  * curve: the single-task run's whole evaluation curve (`eval/<game>/
-    return` in `<single_task_root>/<Game>`), the reference for forward
-    transfer.
+  * curve: the single-task run's whole evaluation curve
+    (`eval/<game>/return`), the reference for forward transfer.
 
 It also prints the per-game numbers as JSON.
 """
@@ -33,9 +39,13 @@ from clear.continual import schedule as schedule_lib
 import envs
 from envs import minatar
 
+MINATAR_GAMES = ','.join(f'minatar:{game}' for game in minatar.GAMES)
+
+flags.DEFINE_list('games', MINATAR_GAMES,
+                  'The sequence\'s games, as --env names them.')
 flags.DEFINE_string('single_task_root', 'runs/minatar',
                     'Folder holding one single-task logdir per game, named '
-                    'by the game (Asterix, Breakout, ...).')
+                    'by the game without its family (Asterix, MsPacman, ...).')
 flags.DEFINE_integer('frames', 3_000_000,
                      'Frames at which the single-task return is read.')
 flags.DEFINE_integer('window', 300_000, 'Evaluations within this many frames '
@@ -64,9 +74,12 @@ def main(argv):
   del argv
   f = flags.FLAGS
   normalization, reference, table = {}, {}, {}
-  for game in minatar.GAMES:
-    name = f'minatar:{game}'
-    run = plot.load_run(f'{f.single_task_root}/{game}')
+  for name in f.games:
+    game = name.split(':', 1)[-1]
+    try:
+      run = plot.load_run(f'{f.single_task_root}/{game}')
+    except ValueError as e:
+      sys.exit(f'error: --games={name}: its single-task run: {e}')
     if name not in run.eval_curves:
       sys.exit(f'{run.logdir} has no eval/{name}/return: run it with '
                f'--eval_interval_frames.')
