@@ -31,7 +31,10 @@ class AgentConfig(NamedTuple):
 
   `core`, `lstm_init`, `torso_grad_scale`, `torso_activation` and
   `torso_norm` are the IMPALA agent's (see `agents.make_agent`); the other
-  algorithms' networks take the defaults.
+  algorithms' networks take the defaults. `pnc_columns` gives IMPALA
+  Progress & Compress's two columns of that network
+  (`clear.algorithms.pnc.policy`): the run sets it for the actors of
+  `continual_method='pnc'`, not a flag.
   """
   network: str = 'auto'
   core_size: int = 256
@@ -41,6 +44,7 @@ class AgentConfig(NamedTuple):
   torso_grad_scale: float = 1.0
   torso_activation: str = 'relu'
   torso_norm: str = 'none'
+  pnc_columns: bool = False
 
 
 # The IMPALA agent's core and torso options in `AgentConfig`; run.json
@@ -120,6 +124,11 @@ class Policy(abc.ABC):
   def get_weights(self):
     """The acting weights, a list of numpy arrays."""
     return [v.numpy() for v in self.acting_variables()]
+
+  def evaluation_weights(self):
+    """The weights evaluation plays, with an acting-only policy built from
+    the run's agent config (default: `get_weights`)."""
+    return self.get_weights()
 
   def set_weights(self, weights):
     """Loads weights from `get_weights`."""

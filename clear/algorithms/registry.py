@@ -14,6 +14,7 @@ from clear.algorithms import policy as policy_lib
 from clear.algorithms.ddpg import policy as ddpg
 from clear.algorithms.impala import config as impala_config
 from clear.algorithms.impala import policy as impala
+from clear.algorithms.pnc import policy as pnc
 from clear.algorithms.ppg import policy as ppg
 from clear.algorithms.sac import policy as sac
 
@@ -66,4 +67,9 @@ def make_policy(algorithm: str, spec: types.EnvSpec,
     raise ValueError(f'--algorithm={algorithm} needs a '
                      f'{entry.config.__name__}, got '
                      f'{type(learner_config).__name__}.')
-  return entry.policy(spec, agent_config, learner_config, seed=seed)
+  policy = entry.policy
+  if algorithm == 'impala' and (
+      agent_config.pnc_columns or
+      getattr(learner_config, 'continual_method', 'none') == 'pnc'):
+    policy = pnc.PncPolicy  # Progress & Compress's two columns.
+  return policy(spec, agent_config, learner_config, seed=seed)

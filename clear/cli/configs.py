@@ -100,7 +100,9 @@ def config_from_flags(f) -> run_config_lib.RunConfig:
         jit_compile=f.jit_compile, continual_method=f.continual_method,
         ewc_lambda=f.ewc_lambda, ewc_gamma=f.ewc_gamma,
         ewc_fisher_batches=f.ewc_fisher_batches,
-        ewc_fisher_frames=f.ewc_fisher_frames)
+        ewc_fisher_frames=f.ewc_fisher_frames,
+        pnc_progress_fraction=f.pnc_progress_fraction,
+        pnc_reset_active_column=f.pnc_reset_active_column)
   core_size = defaults.family_default(f, 'core_size')
   return run_config_lib.RunConfig(
       env_name=f.env, env_options=env_options, algorithm=f.algorithm,

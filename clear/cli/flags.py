@@ -222,7 +222,12 @@ flags.DEFINE_enum('continual_method', 'none',
                   'F (theta - anchor)^2 to the loss (loss/ewc); online_ewc '
                   'keeps one anchor, the latest, and one running Fisher, '
                   'decayed by --ewc_gamma at each task switch. Both combine '
-                  'with CLEAR replay.')
+                  'with CLEAR replay. pnc is Progress & Compress: an active '
+                  'column with lateral connections from a knowledge base '
+                  'learns each task (progress), then the knowledge base '
+                  'distils it (KL, loss/distillation) under online EWC '
+                  '(--ewc_* flags, loss/ewc) for the rest of the visit '
+                  '(compress); the knowledge base plays in evaluation.')
 flags.DEFINE_float('ewc_lambda', _LEARNER_DEFAULTS['ewc_lambda'],
                    'lambda, the weight of the EWC penalty.')
 flags.DEFINE_float('ewc_gamma', _LEARNER_DEFAULTS['ewc_gamma'],
@@ -237,6 +242,15 @@ flags.DEFINE_integer('ewc_fisher_frames',
                      "Frames of the current task's latest unrolls kept "
                      '(in memory, and beside each checkpoint) to draw those '
                      'batches from.')
+flags.DEFINE_float('pnc_progress_fraction',
+                   _LEARNER_DEFAULTS['pnc_progress_fraction'],
+                   'pnc: the share of each visit of a task in the progress '
+                   'phase, the rest compresses (in (0, 1); half and half as '
+                   'in Progress & Compress).')
+flags.DEFINE_bool('pnc_reset_active_column',
+                  _LEARNER_DEFAULTS['pnc_reset_active_column'],
+                  'pnc: re-initialise the active column (and its lateral '
+                  'adaptors) at each task switch.')
 
 FLAG_GROUPS.heading('Task sequences, evaluation and test mode')
 flags.DEFINE_integer('frames_per_task', 0,
@@ -303,6 +317,8 @@ SHARED_FIELDS = ('batch_size', 'num_replay', 'unroll_length',
 # The flags of --continual_method=ewc / online_ewc.
 EWC_FLAGS = ('ewc_lambda', 'ewc_gamma', 'ewc_fisher_batches',
              'ewc_fisher_frames')
+# The flags of --continual_method=pnc alone.
+PNC_FLAGS = ('pnc_progress_fraction', 'pnc_reset_active_column')
 # Flags that only IMPALA-CLEAR reads.
 IMPALA_ONLY_FLAGS = ('discount_per', 'replay_proportion', 'replay_buffer_size',
                      'replay_sampling', 'replay_storage',
@@ -314,7 +330,7 @@ IMPALA_ONLY_FLAGS = ('discount_per', 'replay_proportion', 'replay_buffer_size',
                      'rmsprop_fan_in_reference', 'num_critic_pretrain_frames',
                      'separate_critic', 'core', 'lstm_init',
                      'torso_grad_scale', 'torso_activation', 'torso_norm',
-                     'continual_method') + EWC_FLAGS
+                     'continual_method') + EWC_FLAGS + PNC_FLAGS
 
 
 def _field_help(entry, field: str) -> str:

@@ -79,10 +79,12 @@ def _impala_problems(f):
 def _continual_problems(f):
   """What is wrong with --continual_method and its flags."""
   method = f.continual_method
+  problems = [f'--{name} needs --continual_method=pnc.'
+              for name in cli_flags.PNC_FLAGS
+              if f[name].present and method != 'pnc']
   if method == 'none':
-    return [f'--{name} needs --continual_method=ewc or online_ewc.'
-            for name in cli_flags.EWC_FLAGS if f[name].present]
-  problems = []
+    return [f'--{name} needs --continual_method=ewc or online_ewc (or pnc).'
+            for name in cli_flags.EWC_FLAGS if f[name].present] + problems
   if ',' not in f.env:
     problems.append(f'--continual_method={method} needs a task sequence '
                     '--env (comma-separated tasks).')
@@ -91,11 +93,20 @@ def _continual_problems(f):
                     f'{f.ewc_lambda}).')
   if not 0 < f.ewc_gamma <= 1:
     problems.append(f'--ewc_gamma must be in (0, 1] (got {f.ewc_gamma}).')
-  elif f['ewc_gamma'].present and method != 'online_ewc':
-    problems.append('--ewc_gamma applies to --continual_method=online_ewc.')
+  elif f['ewc_gamma'].present and method not in ('online_ewc', 'pnc'):
+    problems.append('--ewc_gamma applies to --continual_method=online_ewc '
+                    '(and pnc).')
   for name in ('ewc_fisher_batches', 'ewc_fisher_frames'):
     if getattr(f, name) < 1:
       problems.append(f'--{name} must be >= 1 (got {getattr(f, name)}).')
+  if method == 'pnc':
+    if not 0 < f.pnc_progress_fraction < 1:
+      problems.append('--pnc_progress_fraction must be in (0, 1) (got '
+                      f'{f.pnc_progress_fraction}).')
+    if f.separate_critic:
+      problems.append('--continual_method=pnc needs --noseparate_critic: '
+                      'its columns share their torso and core with the '
+                      'baseline.')
   return problems
 
 

@@ -2,31 +2,35 @@
 
 `--continual_method` picks one of `CONTINUAL_METHODS` for the IMPALA-CLEAR
 learner: 'none' (the learner as it always was), 'ewc' or 'online_ewc'
-(`clear.continual.ewc`). A method changes what a checkpoint holds (anchors,
-Fishers and the unrolls kept for the next Fisher), so a run's method and the
-size of its kept unrolls are part of the identity its run.json records, and a
-resume with another method is refused; the penalty's weight, online EWC's decay
-and the number of Fisher batches are settings a resume may change (kept from
-run.json when their flags are left unset, like the batch size).
+(`clear.continual.ewc`), or 'pnc', Progress & Compress (`clear.continual.pnc`,
+`clear.algorithms.pnc`: two columns, online EWC on the knowledge base in its
+compress phases). A method changes what a checkpoint holds (anchors, Fishers
+and the unrolls kept for the next Fisher), so a run's method and the size of
+its kept unrolls (and, for 'pnc', where its phases fall and whether a switch
+re-draws the active column) are part of the identity its run.json records,
+and a resume with another method is refused; the penalty's weight, online
+EWC's decay and the number of Fisher batches are settings a resume may
+change (kept from run.json when their flags are left unset, like the batch
+size).
 
 Defaults (`impala.config.LearnerConfig`): 100 Fisher batches of `batch_size`
 unrolls and gamma 0.99, as CORA (Powers et al. 2022) used; the Fisher drawn
 from the task's last 100,000 frames (5,000 MinAtar unrolls, about 100 MB),
-where CORA kept 1M frames on disk; lambda 1000. This project's losses are
-sums over the T x B steps of a batch, as TorchBeast's and so CORA's, so
-lambda is in CORA's units: CORA ran EWC at 10,000 and Progress & Compress
-searched 500 to 3,000. On MinAtar (Breakout then Freeway, 20k frames each)
-lambda 1000 gave penalty gradients of about a quarter of the clipped task
-gradient's norm after 20k frames of drift, growing with the drift of a
-longer task; 10,000 would outweigh the task's gradient well before the end
-of a 1M-frame task.
+where CORA kept 1M frames on disk; lambda 1000, for P&C's compress phases
+too. This project's losses are sums over the T x B steps of a batch, as
+TorchBeast's and so CORA's, so lambda is in CORA's units: CORA ran EWC at
+10,000 and Progress & Compress searched 500 to 3,000. On MinAtar (Breakout
+then Freeway, 20k frames each) lambda 1000 gave penalty gradients of about a
+quarter of the clipped task gradient's norm after 20k frames of drift,
+growing with the drift of a longer task; 10,000 would outweigh the task's
+gradient well before the end of a 1M-frame task.
 """
 
 from typing import Dict
 
 from clear import checkpoint as checkpoint_lib
 
-CONTINUAL_METHODS = ('none', 'ewc', 'online_ewc')
+CONTINUAL_METHODS = ('none', 'ewc', 'online_ewc', 'pnc')
 
 # Learner-config fields a run with a method records among its settings.
 SETTINGS = ('ewc_lambda', 'ewc_gamma', 'ewc_fisher_batches')
@@ -43,12 +47,26 @@ def identity(learner_config) -> Dict[str, object]:
   method = method_of(learner_config)
   if method == 'none':
     return {}
-  return {'continual_method': method,
-          'ewc_fisher_frames': learner_config.ewc_fisher_frames}
+  identity = {'continual_method': method,
+              'ewc_fisher_frames': learner_config.ewc_fisher_frames}
+  if method == 'pnc':  # Where the phases fall, and what a switch does.
+    identity.update(
+        pnc_progress_fraction=learner_config.pnc_progress_fraction,
+        pnc_reset_active_column=learner_config.pnc_reset_active_column)
+  return identity
+
+
+def actor_agent_config(config):
+  """The agent config the actors build their policy from: with 'pnc',
+  both columns (the active column acts); otherwise the run's."""
+  if method_of(config.learner_config) == 'pnc':
+    return config.agent_config._replace(pnc_columns=True)
+  return config.agent_config
 
 
 def learner_config(config, schedule):
-  """`config.learner_config` with one EWC slot per distinct task.
+  """`config.learner_config` with one EWC slot per distinct task (and,
+  for 'pnc', the frames of a visit).
 
   Args:
     config: the run's `clear.runtime.run_config.RunConfig`.
@@ -74,4 +92,7 @@ def learner_config(config, schedule):
   if schedule is None:
     raise ValueError(f'continual_method={method!r} needs a task sequence '
                      '(a comma-separated env).')
-  return lc._replace(ewc_num_tasks=len(schedule.unique_task_names))
+  lc = lc._replace(ewc_num_tasks=len(schedule.unique_task_names))
+  if method == 'pnc':
+    lc = lc._replace(pnc_frames_per_task=schedule.frames_per_task)
+  return lc

@@ -194,7 +194,7 @@ class PeriodicEvaluation:
         run.eval_history.records[-1].frames == run.frames)
     if done or not (force or run.eval_due()):
       return
-    results = self._evaluator.evaluate(run.policy.get_weights())
+    results = self._evaluator.evaluate(run.policy.evaluation_weights())
     run.eval_history.append(run.frames, results)
     write_eval_summaries(results, run.frames)
     logging.info('eval at %s frames: %s', f'{run.frames:,}', ', '.join(

@@ -342,15 +342,20 @@ class _Run:
     self.pending.extend(unrolls)
     return trajectories.episodes
 
-  def end_task(self):
+  def end_task(self) -> bool:
     """Tells the policy, once per segment of a task sequence, that the
     segment before has ended (EWC consolidates its task); a resume past a
-    boundary not yet consolidated does so first."""
+    boundary not yet consolidated does so first.
+
+    Returns:
+      Whether the policy handled a boundary (it may have changed its
+      acting weights: P&C's new active column).
+    """
     if self.schedule is None:
-      return
+      return False
     segment = self.schedule.segment_index(self.frames)
     if segment == self._segment:
-      return
+      return False
     self._segment = segment
     if segment:
       name = self.schedule.task_names[(segment - 1) % self.schedule.num_tasks]
@@ -358,6 +363,8 @@ class _Run:
           segment, self.schedule.unique_task_names.index(name), name)
       for key, value in stats.items():
         tf.summary.scalar(f'continual/{key}', value, step=self.frames)
+      return bool(stats)
+    return False
 
   def ready(self) -> bool:
     if self.phase.numpy() == PREFILL:
@@ -541,7 +548,8 @@ def _train(config, stop_requested, max_updates, on_start, lock):
         env_options=run_config_lib.env_options_at(config, run.schedule,
                                                   run.frames),
         envs_per_actor=config.envs_per_actor, algorithm=config.algorithm,
-        agent_config=config.agent_config, unroll_length=lc.unroll_length,
+        agent_config=continual_methods.actor_agent_config(config),
+        unroll_length=lc.unroll_length,
         num_actors=config.num_actors, seed=config.seed + 7919 * run.version,
         max_restarts=config.max_actor_restarts)
     if run.schedule is not None:
@@ -608,12 +616,14 @@ def _train(config, stop_requested, max_updates, on_start, lock):
       while run.frames < total:
         if evaluation is not None:
           evaluation.maybe_evaluate()
-        run.end_task()  # Before the next task's unrolls arrive.
+        ended = run.end_task()  # Before the next task's unrolls arrive.
         if run.task_name != task:  # The sequence moves on.
           pool.close()
           pool = make_pool()
           pool.publish(run.policy.get_weights(), run.version)
           task = run.task_name
+        elif ended:  # Resumed at a switch: acting weights it may change.
+          pool.publish(run.policy.get_weights(), run.version)
         if stop_requested() or (max_updates is not None and
                                 updates >= max_updates):
           stopped_early = True

@@ -82,7 +82,8 @@ class LearnerConfig(NamedTuple):
     continual_method: a `continual_methods.CONTINUAL_METHODS` name. 'none'
       (the default) leaves every update and checkpoint as without it;
       'ewc' keeps an anchor and a Fisher per task, 'online_ewc' one anchor
-      and a running Fisher (see `clear.continual.ewc`).
+      and a running Fisher (see `clear.continual.ewc`); 'pnc' is Progress &
+      Compress (`clear.algorithms.pnc`).
     ewc_lambda: lambda, the weight of the EWC penalty
       lambda / 2 * sum_k sum_i F_k,i (theta_i - theta*_k,i)^2.
     ewc_gamma: online EWC's decay of the running Fisher, F <- gamma F +
@@ -93,6 +94,8 @@ class LearnerConfig(NamedTuple):
       draw those batches from (agent steps with dynamic multipliers).
     ewc_num_tasks: the distinct tasks of the sequence, one EWC slot each
       (the run loop sets it from the task sequence).
+    pnc_*: Progress & Compress's settings
+      (`clear.algorithms.pnc.policy.PncPolicy`).
   """
   batch_size: int = 32
   num_replay: int = 16
@@ -131,6 +134,9 @@ class LearnerConfig(NamedTuple):
   ewc_fisher_batches: int = 100
   ewc_fisher_frames: int = 100_000
   ewc_num_tasks: int = 1
+  pnc_progress_fraction: float = 0.5
+  pnc_reset_active_column: bool = True
+  pnc_frames_per_task: int = 0
 
 
 def validate_config(config: LearnerConfig):

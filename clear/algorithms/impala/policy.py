@@ -56,6 +56,9 @@ class ImpalaPolicy(policy_lib.Policy):
     self.fisher_buffer = None  # The unrolls EWC's next Fisher is drawn from.
     self._seed = seed
     if learner_config is not None:
+      if learner_config.continual_method == 'pnc':  # Not one column's EWC.
+        raise ValueError("ImpalaPolicy: continual_method='pnc' needs two "
+                         'columns: build it with registry.make_policy.')
       self.learner = learner_lib.ImpalaClearLearner(self.agent,
                                                     learner_config)
       if self.learner.continual is not None:
