@@ -16,6 +16,7 @@ from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
 from clear.algorithms.impala import learner as learner_lib
 from clear.runtime import evaluation
+from clear.runtime import progress
 from clear.runtime import run_config
 from clear.runtime import run_loop
 
@@ -450,3 +451,14 @@ def test_a_task_sequence_must_cover_the_total_frames(tmp_path):
                        frames_per_task=100, total_environment_frames=150)
   with pytest.raises(ValueError, match='frames_per_task x tasks x cycles'):
     run_loop._Run(config)
+
+
+def test_the_progress_line_of_a_run_past_its_total_has_nothing_left():
+  # The last update may overshoot the frame count by part of a batch.
+  line = progress.progress_line('main', 15_000_020, 15_000_000, 50.0, 1.0,
+                                54.5, 100, 4.0)
+  assert line == ('[main] frames 15,000,020/15,000,000 (100.0%) | 50 env fps '
+                  '| 1.0 updates/s | lag 4.0 | return 54.5 (last 100) | ETA '
+                  '0m00s')
+  assert progress.progress_line('main', 0, 7_200, 2.0, 1.0, float('nan'), 0,
+                                0.0).endswith('return n/a (last 0) | ETA 1h00m')

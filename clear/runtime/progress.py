@@ -61,7 +61,7 @@ def progress_line(phase: str, frames: int, total: int, fps: float,
                   steps_per_s: float, mean_return: float,
                   num_episodes: int, policy_lag: float) -> str:
   """One terminal line: frames done/total, rates, return, phase and ETA."""
-  eta = (total - frames) / fps if fps > 0 else float('inf')
+  eta = max(0, total - frames) / fps if fps > 0 else float('inf')
   ret = 'n/a' if np.isnan(mean_return) else f'{mean_return:.1f}'
   return (f'[{phase}] frames {frames:,}/{total:,} '
           f'({100.0 * frames / total:.1f}%) | {fps:,.0f} env fps | '
