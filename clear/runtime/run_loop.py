@@ -455,11 +455,23 @@ def _check_finite(stats, config: run_config_lib.RunConfig):
         'final checkpoint holds the last finite model.')
 
 
-def _log_progress(run: _Run, pool, frame_rate, step_rate, total, memory,
-                  final: bool = False):
+def _log_memory(memory: resources.MemoryWatch, step: int,
+                force: bool = False):
+  """Logs and summarises the process tree's memory when `memory` measures
+  it (about once a minute, or `force`)."""
+  reading = memory.maybe_measure(force=force)
+  if reading is not None:
+    tf.summary.scalar('runtime/memory_pss_mb', reading.pss / 1e6, step=step)
+    tf.summary.scalar('runtime/memory_peak_pss_mb', memory.peak.pss / 1e6,
+                      step=step)
+    logging.info('memory: %.0f MB (PSS of %d processes; RSS sum %.0f MB), '
+                 'peak %.0f MB', reading.pss / 1e6, reading.processes,
+                 reading.rss / 1e6, memory.peak.pss / 1e6)
+
+
+def _log_progress(run: _Run, pool, frame_rate, step_rate, total, memory):
   """Writes the runtime summaries and the progress lines (with `memory`, a
-  `resources.MemoryWatch`, the process tree's memory about once a minute,
-  and at the `final` line)."""
+  `resources.MemoryWatch`, the process tree's memory about once a minute)."""
   lc = run.config.learner_config
   fps = frame_rate.measure(run.frames)
   ups = step_rate.measure(run.version)
@@ -491,14 +503,7 @@ def _log_progress(run: _Run, pool, frame_rate, step_rate, total, memory,
                  f'{len(run.buffer) * per_unroll:,}',
                  f'{run.buffer.capacity * per_unroll:,}', unit,
                  run.buffer.nbytes / 1e6)
-  reading = memory.maybe_measure(force=final)
-  if reading is not None:
-    tf.summary.scalar('runtime/memory_pss_mb', reading.pss / 1e6, step=step)
-    tf.summary.scalar('runtime/memory_peak_pss_mb', memory.peak.pss / 1e6,
-                      step=step)
-    logging.info('memory: %.0f MB (PSS of %d processes; RSS sum %.0f MB), '
-                 'peak %.0f MB', reading.pss / 1e6, reading.processes,
-                 reading.rss / 1e6, memory.peak.pss / 1e6)
+  _log_memory(memory, step)
 
 
 def train(config: run_config_lib.RunConfig,
@@ -660,8 +665,8 @@ def _train(config, stop_requested, max_updates, on_start, lock):
       # Every run ends with a progress line and its runtime summaries, also
       # one shorter than the log interval.
       if logged_at != (run.frames, run.version):
-        _log_progress(run, pool, frame_rate, step_rate, total, memory,
-                      final=True)
+        _log_progress(run, pool, frame_rate, step_rate, total, memory)
+      _log_memory(memory, run.frames, force=True)  # The peak includes the end.
   finally:
     actor_state = _actor_state(pool)
     pool.close()
