@@ -29,6 +29,7 @@ from clear.continual import pnc
 from clear.runtime import evaluation
 from clear.runtime import run_config
 from clear.runtime import run_loop
+from tests.random_batches import random_batch
 
 MINATAR_SPEC = types.EnvSpec(
     observation_spec={'board': types.ArraySpec((10, 10, 4), np.bool_)},
@@ -253,24 +254,6 @@ def test_phases_fall_where_hand_computed():
 
 
 # --- The learner --------------------------------------------------------------
-
-
-def random_batch(policy, seed, t=5, b=4):
-  """A batch of `[t + 1, b]` CartPole-shaped unrolls of random numbers."""
-  rng = np.random.RandomState(seed)
-  batch = policy_lib.example_batch(policy, t, b)
-  env, agent = batch.env_outputs, batch.agent_outputs
-  done = rng.rand(t + 1, b) < 0.15
-  return batch._replace(
-      env_outputs=env._replace(
-          reward=rng.randn(t + 1, b).astype(np.float32), done=done,
-          truncated=done & (rng.rand(t + 1, b) < 0.3),
-          observation={'vector': rng.randn(t + 1, b, 4).astype(np.float32)}),
-      agent_outputs=agent._replace(
-          action={'action': rng.randint(2, size=(t + 1, b)).astype(
-              np.int32)},
-          logits={'action': rng.randn(t + 1, b, 2).astype(np.float32)},
-          baseline=rng.randn(t + 1, b).astype(np.float32)))
 
 
 def make_policy(seed=0, core_size=8, **kwargs):
