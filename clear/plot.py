@@ -87,6 +87,9 @@ class Run(NamedTuple):
     schedule: the `schedule_lib.TaskSchedule` of its `tasks.json`, or None.
     run_time: `Series` of the seconds the run had spent running (resumes
       summed, downtime excluded) against env frames, or None.
+    eval_noise: dict task -> `Series` of the half-widths of its
+      evaluations' 95% intervals (`eval/<task>/return_ci95`; runs of older
+      code have none).
   """
   label: str
   logdir: str
@@ -94,6 +97,7 @@ class Run(NamedTuple):
   train_curves: Dict[str, Series]
   schedule: Optional[schedule_lib.TaskSchedule]
   run_time: Optional[Series] = None
+  eval_noise: Optional[Dict[str, Series]] = None
 
 
 class Reference(NamedTuple):
@@ -169,7 +173,8 @@ def load_run(logdir: str, label: Optional[str] = None,
   return Run(label, logdir, curves(scalars, tag_prefix),
              curves(scalars, train_tag_prefix),
              schedule_lib.read_tasks_json(logdir),
-             scalars.get(RUN_TIME_TAG))
+             scalars.get(RUN_TIME_TAG),
+             curves(scalars, tag_prefix, '/' + history_lib.CI95_SUFFIX))
 
 
 def smooth(values, weight: float) -> np.ndarray:
@@ -330,12 +335,24 @@ def normalized_mean_curve(run: Run, normalization) -> Series:
                 first.wall_times[np.searchsorted(first.steps, steps)])
 
 
+def eval_noise(run: Run) -> Dict[str, dict]:
+  """How noisy the run's evaluations were: per task, the median and the
+  largest half-width of their 95% intervals (in returns) and how many
+  evaluations logged one ({} for a run that logged none)."""
+  return {task: {'median_ci95_half_width': float(np.median(series.values)),
+                 'max_ci95_half_width': float(np.max(series.values)),
+                 'num_evaluations': int(len(series.values))}
+          for task, series in sorted((run.eval_noise or {}).items())
+          if len(series.values)}
+
+
 def continual_metrics(runs: Sequence[Run],
                       baselines: Optional[metrics_lib.Baselines] = None
                       ) -> Dict[str, dict]:
   """label -> `continual_metrics.forgetting_metrics` of each run with a task
   schedule (`tasks.json`) and evaluations, normalised and with forward
-  transfer when `baselines` are given.
+  transfer when `baselines` are given, and its `eval_noise` under
+  'eval_noise' when it logged one.
 
   Raises:
     ValueError: no run has both.
@@ -348,6 +365,9 @@ def continual_metrics(runs: Sequence[Run],
         eval_history(run), run.schedule,
         reference=baselines.reference if baselines else None,
         normalization=baselines.normalization if baselines else None)
+    noise = eval_noise(run)
+    if noise:
+      metrics[run.label]['eval_noise'] = noise
   if not metrics:
     raise ValueError(f'No run in {[run.logdir for run in runs]} has a task '
                      f'schedule (tasks.json) and evaluations, so there are '

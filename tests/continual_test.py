@@ -137,6 +137,20 @@ def test_evaluator_plays_every_task_deterministically():
   second.close()
 
 
+def test_an_evaluation_reports_the_half_width_of_its_interval():
+  # 1.96 * sample std / sqrt(n) by hand: [1, 2, 3, 4] has std 1.2910 (ddof
+  # 1), so 1.96 * 1.2910 / 2 = 1.2652; one episode has no interval.
+  assert evaluation.ci95_half_width([1.0, 2.0, 3.0, 4.0]) == pytest.approx(
+      1.26517, abs=1e-5)
+  assert evaluation.ci95_half_width([7.0]) == 0.0
+  result = evaluation.TaskEvaluation(np.array([2.0, 2.0, 5.0]), 0, 10)
+  assert result.ci95_half_width == pytest.approx(
+      1.96 * np.std([2.0, 2.0, 5.0], ddof=1) / np.sqrt(3))
+  summary = evaluation.summarize_returns([1.0, 2.0, 3.0, 4.0])
+  assert summary['ci95'] == pytest.approx([2.5 - 1.26517, 2.5 + 1.26517],
+                                          abs=1e-5)
+
+
 def test_evaluator_rejects_a_policy_of_another_spec():
   env = envs.make('gym:CartPole-v1')
   policy = registry.make_policy('impala', env.spec,

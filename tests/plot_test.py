@@ -133,6 +133,33 @@ def test_continual_metrics_from_event_files(runs):
     plot.continual_metrics(loaded[1:])
 
 
+def test_eval_noise_is_read_and_summarised_per_task(tmp_path):
+  logdir = str(tmp_path / 'noisy')
+  half_widths = {TASKS[0]: [3.0, 1.0, 2.0], TASKS[1]: [0.5, 0.5, 4.0]}
+  writer = tf.summary.create_file_writer(logdir)
+  with writer.as_default():
+    for i, frames in enumerate((0, 100, 200)):
+      evaluation.write_eval_summaries(
+          {TASKS[0]: float(i), TASKS[1]: -float(i)}, frames,
+          {task: widths[i] for task, widths in half_widths.items()})
+  writer.close()
+  schedule_lib.write_tasks_json(logdir, schedule_lib.TaskSchedule(TASKS, 100))
+  run = plot.load_run(logdir)
+  # The half-widths are not taken for tasks' return curves...
+  assert sorted(run.eval_curves) == sorted(TASKS)
+  np.testing.assert_array_equal(run.eval_curves[TASKS[0]].values, [0, 1, 2])
+  np.testing.assert_array_equal(run.eval_noise[TASKS[1]].values,
+                                [0.5, 0.5, 4.0])
+  noise = {TASKS[0]: {'median_ci95_half_width': 2.0,
+                      'max_ci95_half_width': 3.0, 'num_evaluations': 3},
+           TASKS[1]: {'median_ci95_half_width': 0.5,
+                      'max_ci95_half_width': 4.0, 'num_evaluations': 3}}
+  assert plot.eval_noise(run) == noise
+  metrics = plot.continual_metrics([run])['noisy']
+  assert metrics['eval_noise'] == noise
+  assert metrics['per_task'][TASKS[0]]['final_return'] == 2.0
+
+
 def test_render_with_baselines_adds_the_summary_panel(runs, tmp_path):
   logdirs, _ = runs
   loaded = plot.load_runs(logdirs)

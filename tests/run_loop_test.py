@@ -430,6 +430,13 @@ def test_a_task_sequence_switches_tasks_evaluates_and_writes_metrics(
                                                f'eval/{task}/return')]
     assert steps[0] == 0 and len(steps) == 3, steps
     assert steps[1] == 120 and steps[2] == 240
+    # Each evaluation logs its noise beside its mean: Acrobot's 2 episodes
+    # are both cut after 20 steps at -20, so its interval is 0 wide.
+    noise = scalar_series(tmp_path, f'eval/{task}/return_ci95')
+    assert [step for step, _ in noise] == steps
+    assert all(value >= 0 for _, value in noise)
+    if task == 'gym:Acrobot-v1':
+      assert [value for _, value in noise] == [0.0] * 3
   with open(os.path.join(str(tmp_path), 'continual_metrics.json')) as f:
     metrics = json.load(f)
   cartpole = metrics['per_task']['gym:CartPole-v1']

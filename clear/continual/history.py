@@ -13,6 +13,10 @@ import numpy as np
 from clear import snapshot
 from clear.continual import schedule as schedule_lib
 
+# An evaluation of a task logs its mean return as `eval/<task>/return` and
+# the half-width of that mean's 95% interval as `eval/<task>/<CI95_SUFFIX>`.
+CI95_SUFFIX = 'return_ci95'
+
 
 class EvalRecord(NamedTuple):
   """One evaluation: at `frames`, {task name: mean return}."""

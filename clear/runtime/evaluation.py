@@ -15,13 +15,14 @@
 import json
 import logging
 import os
-from typing import Dict, List, NamedTuple
+from typing import Dict, List, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
 
 from clear import checkpoint as checkpoint_lib
 from clear.algorithms import registry
+from clear.continual import history as history_lib
 from clear.continual import metrics as continual_metrics
 from clear.continual import schedule as schedule_lib
 from clear.runtime import actor as actor_lib
@@ -48,6 +49,20 @@ class TaskEvaluation(NamedTuple):
   @property
   def mean_return(self) -> float:
     return float(np.mean(self.returns))
+
+  @property
+  def ci95_half_width(self) -> float:
+    """`ci95_half_width` of `returns`: the evaluation's own noise."""
+    return ci95_half_width(self.returns)
+
+
+def ci95_half_width(returns) -> float:
+  """Half the width of the normal 95% interval of the mean of `returns`
+  (float `[N]`): 1.96 * sample std (ddof 1) / sqrt(N); 0 for one return."""
+  returns = np.asarray(returns, np.float64)
+  if len(returns) < 2:
+    return 0.0
+  return float(1.96 * returns.std(ddof=1) / np.sqrt(len(returns)))
 
 
 class Evaluator:
@@ -154,11 +169,17 @@ class Evaluator:
     self._actors = {}
 
 
-def write_eval_summaries(results: Dict[str, float], frames: int):
+def write_eval_summaries(results: Dict[str, float], frames: int,
+                         half_widths: Optional[Dict[str, float]] = None):
   """Writes `eval/<task>/return` per task and `eval/mean_return` (their
-  mean) at step `frames` to the default `tf.summary` writer."""
+  mean) at step `frames` to the default `tf.summary` writer, and
+  `eval/<task>/return_ci95` (`ci95_half_width` of its episodes) per task of
+  `half_widths` when given."""
   for name, value in results.items():
     tf.summary.scalar(f'eval/{name}/return', float(value), step=int(frames))
+  for name, value in (half_widths or {}).items():
+    tf.summary.scalar(f'eval/{name}/{history_lib.CI95_SUFFIX}', float(value),
+                      step=int(frames))
   if results:
     tf.summary.scalar('eval/mean_return', float(np.mean(list(
         results.values()))), step=int(frames))
@@ -194,11 +215,14 @@ class PeriodicEvaluation:
         run.eval_history.records[-1].frames == run.frames)
     if done or not (force or run.eval_due()):
       return
-    results = self._evaluator.evaluate(run.policy.evaluation_weights())
+    tasks = self._evaluator.evaluate_tasks(run.policy.evaluation_weights())
+    results = {name: task.mean_return for name, task in tasks.items()}
+    half_widths = {name: task.ci95_half_width for name, task in tasks.items()}
     run.eval_history.append(run.frames, results)
-    write_eval_summaries(results, run.frames)
+    write_eval_summaries(results, run.frames, half_widths)
     logging.info('eval at %s frames: %s', f'{run.frames:,}', ', '.join(
-        f'{name} {value:.1f}' for name, value in results.items()))
+        f'{name} {results[name]:.1f} ± {half_widths[name]:.1f}'
+        for name in results))
 
   def finish(self):
     """Writes the continual-learning metrics of a task sequence."""
@@ -216,8 +240,7 @@ class PeriodicEvaluation:
 def summarize_returns(returns) -> dict:
   """Mean, median, spread and the normal 95% interval of the mean."""
   returns = np.asarray(returns, np.float64)
-  half_width = 1.96 * returns.std(ddof=1) / np.sqrt(len(returns)) if len(
-      returns) > 1 else 0.0
+  half_width = ci95_half_width(returns)
   return {
       'num_episodes': int(len(returns)), 'mean': float(returns.mean()),
       'median': float(np.median(returns)), 'std': float(returns.std()),
