@@ -30,8 +30,10 @@ from clear.analysis import events
 
 JSON_FILES = ('run.json', 'tasks.json', 'continual_metrics.json',
               'test_results.json')
+# Evaluations (means and their intervals), the clock and frames (for env
+# frames/s), the process tree's memory and the replay's bytes.
 DEFAULT_PREFIXES = ('eval/', 'runtime/run_time_s', 'runtime/num_env_frames',
-                    'runtime/memory_')
+                    'runtime/memory_', 'replay/bytes')
 
 
 

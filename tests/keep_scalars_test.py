@@ -32,7 +32,10 @@ def _run(logdir):
   with writer.as_default():
     for step in range(0, 1000, 100):
       tf.summary.scalar('eval/gym:CartPole-v1/return', step / 7, step=step)
+      tf.summary.scalar('eval/gym:CartPole-v1/return_ci95', 1.5, step=step)
       tf.summary.scalar('runtime/run_time_s', step / 3, step=step)
+      tf.summary.scalar('replay/bytes', 1e6, step=step)
+      tf.summary.scalar('replay/size', step, step=step)
       tf.summary.scalar('loss/total', -step, step=step)
   writer.close()
   for name in ('run.json', 'tasks.json'):
@@ -46,8 +49,10 @@ def test_the_kept_scalars_read_back_as_the_original(tmp_path):
                         ['eval/', 'runtime/'])
   original = events.read_scalars(str(tmp_path / 'run'))
   copy = events.read_scalars(str(tmp_path / 'kept'))
-  assert sorted(copy) == ['eval/gym:CartPole-v1/return', 'runtime/run_time_s']
-  assert kept == 20
+  assert sorted(copy) == ['eval/gym:CartPole-v1/return',
+                          'eval/gym:CartPole-v1/return_ci95',
+                          'runtime/run_time_s']
+  assert kept == 30
   for tag, series in copy.items():
     np.testing.assert_array_equal(series.steps, original[tag].steps)
     np.testing.assert_allclose(series.values, original[tag].values,
@@ -55,6 +60,20 @@ def test_the_kept_scalars_read_back_as_the_original(tmp_path):
     np.testing.assert_array_equal(series.wall_times, original[tag].wall_times)
   assert sorted(os.listdir(tmp_path / 'kept'))[1:] == ['run.json',
                                                        'tasks.json']
+
+
+def test_the_default_tags_are_what_a_results_page_reports(tmp_path):
+  _run(tmp_path / 'run')
+  result = subprocess.run(
+      [sys.executable, SCRIPT, f'--logdir={tmp_path / "run"}',
+       f'--out={tmp_path / "kept"}'], capture_output=True, text=True,
+      cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+  assert result.returncode == 0, result.stderr
+  # Evaluations with their intervals, the clock and the replay's bytes; not
+  # the losses or the replay's fill.
+  assert sorted(events.read_scalars(str(tmp_path / 'kept'))) == [
+      'eval/gym:CartPole-v1/return', 'eval/gym:CartPole-v1/return_ci95',
+      'replay/bytes', 'runtime/run_time_s']
 
 
 def test_a_folder_it_did_not_write_is_refused(tmp_path):
