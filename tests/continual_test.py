@@ -130,7 +130,8 @@ def test_evaluator_plays_every_task_deterministically():
   cartpole = results['gym:CartPole-v1']
   assert cartpole.returns.shape == (3,)
   assert np.all(cartpole.returns >= 1) and np.all(cartpole.returns <= 48)
-  means = first.evaluate(policy.get_weights())
+  means = {name: result.mean_return for name, result in
+           first.evaluate_tasks(policy.get_weights()).items()}
   assert set(means) == set(first.task_names)
   assert means['gym:Acrobot-v1'] == -48.0
   first.close()

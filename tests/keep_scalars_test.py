@@ -43,6 +43,14 @@ def _run(logdir):
       json.dump({'name': name}, f)
 
 
+def _keep_with_the_script(tmp_path):
+  """Runs the script on tmp_path/run into tmp_path/kept (default tags)."""
+  return subprocess.run(
+      [sys.executable, SCRIPT, f'--logdir={tmp_path / "run"}',
+       f'--out={tmp_path / "kept"}'], capture_output=True, text=True,
+      cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+
+
 def test_the_kept_scalars_read_back_as_the_original(tmp_path):
   _run(tmp_path / 'run')
   kept = _module().keep(str(tmp_path / 'run'), str(tmp_path / 'kept'),
@@ -64,10 +72,7 @@ def test_the_kept_scalars_read_back_as_the_original(tmp_path):
 
 def test_the_default_tags_are_what_a_results_page_reports(tmp_path):
   _run(tmp_path / 'run')
-  result = subprocess.run(
-      [sys.executable, SCRIPT, f'--logdir={tmp_path / "run"}',
-       f'--out={tmp_path / "kept"}'], capture_output=True, text=True,
-      cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+  result = _keep_with_the_script(tmp_path)
   assert result.returncode == 0, result.stderr
   # Evaluations with their intervals, the clock and the replay's bytes; not
   # the losses or the replay's fill.
@@ -80,10 +85,7 @@ def test_a_folder_it_did_not_write_is_refused(tmp_path):
   _run(tmp_path / 'run')
   os.makedirs(tmp_path / 'kept')
   (tmp_path / 'kept' / 'notes.txt').write_text('mine')
-  result = subprocess.run(
-      [sys.executable, SCRIPT, f'--logdir={tmp_path / "run"}',
-       f'--out={tmp_path / "kept"}'], capture_output=True, text=True,
-      cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+  result = _keep_with_the_script(tmp_path)
   assert result.returncode == 2
   assert 'notes.txt' in result.stderr and 'Traceback' not in result.stderr
   assert os.listdir(tmp_path / 'kept') == ['notes.txt']

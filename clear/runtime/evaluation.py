@@ -133,11 +133,6 @@ class Evaluator:
     return {name: self._evaluate(name, actor)
             for name, actor in self._actors.items()}
 
-  def evaluate(self, weights=None) -> Dict[str, float]:
-    """{task name: mean return over `num_episodes` episodes}."""
-    return {name: result.mean_return
-            for name, result in self.evaluate_tasks(weights).items()}
-
   def _evaluate(self, name: str, actor) -> TaskEvaluation:
     actor.reset()
     n = self._num_episodes
