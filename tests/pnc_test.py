@@ -700,4 +700,4 @@ def test_flags_reach_the_learner():
           lc.num_replay) == ('pnc', 0.9, 200.0, 0.25, False, 0)
   defaults = parse(*SEQUENCE, '--continual_method=pnc').learner_config
   assert (defaults.pnc_progress_fraction, defaults.pnc_reset_active_column,
-          defaults.ewc_gamma) == (0.5, True, 0.99)
+          defaults.ewc_gamma, defaults.ewc_lambda) == (0.5, True, 0.99, 1.0)

@@ -129,7 +129,7 @@ class LearnerConfig(NamedTuple):
   step_mul: int = 1
   jit_compile: bool = False
   continual_method: str = 'none'
-  ewc_lambda: float = 1000.0
+  ewc_lambda: float = 1.0
   ewc_gamma: float = 0.99
   ewc_fisher_batches: int = 100
   ewc_fisher_frames: int = 100_000
