@@ -640,6 +640,30 @@ def test_ctrl_c_while_test_mode_imports_minatar_stops_it(minatar_run,
   assert not os.path.exists(os.path.join(logdir, 'test_results.json'))
 
 
+def test_an_interrupt_caught_inside_exec_keeps_the_exit_status(tmp_path):
+  # What the test above hits when its Ctrl-C lands in one of the many
+  # `exec`s of strings that importing matplotlib runs (namedtuple,
+  # dataclasses): CPython remembers the KeyboardInterrupt although the
+  # program caught it, and ended `python -m clear.train` by SIGINT (-2)
+  # instead of with 130. Here the interrupt is raised there on purpose.
+  (tmp_path / 'interrupted_in_exec.py').write_text(
+      'import sys\n'
+      'from clear.cli import signals\n'
+      'try:\n'
+      '  exec("raise KeyboardInterrupt")\n'
+      'except KeyboardInterrupt:\n'
+      '  print("Interrupted.")\n'
+      'signals.exit_now(130)\n'
+      'sys.exit(130)\n')
+  env = dict(os.environ, PYTHONPATH=f'{ROOT}{os.pathsep}{tmp_path}',
+             TF_CPP_MIN_LOG_LEVEL='2')
+  result = subprocess.run([sys.executable, '-m', 'interrupted_in_exec'],
+                          cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+  assert result.returncode == 130, result.stdout + result.stderr
+  assert result.stdout == 'Interrupted.\n'
+
+
 # --- Environment crashes, through the whole runtime ---------------------------
 
 from envs import pysc2_compat  # pylint: disable=g-bad-import-order,unused-import,g-import-not-at-top

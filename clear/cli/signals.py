@@ -102,9 +102,16 @@ def exit_now(code: int):
   late in its shutdown, where a signal would kill the process (status -15);
   the last exit hook (`clear/train.py` registers it before its imports
   register theirs) makes the kernel ignore both signals before that.
+
+  Nor may an interrupt that was caught: CPython remembers a
+  KeyboardInterrupt that left `exec` of a string (namedtuple and
+  dataclasses build their methods so, many times while matplotlib is
+  imported), even one caught later, and then ends a `python -m` program by
+  SIGINT (status -2) instead of `code`. Running any string forgets it.
   """
   def handle(signum, frame):
     del signum, frame
     os._exit(code)  # pylint: disable=protected-access
   for sig in (signal.SIGTERM, signal.SIGINT):
     signal.signal(sig, handle)
+  exec('pass')  # pylint: disable=exec-used
