@@ -25,6 +25,7 @@ import tensorflow as tf
 from clear.cli import configs
 from clear.runtime import actor_pool
 from clear.runtime import devices
+from clear.runtime import progress
 from clear.runtime import run_loop
 
 ray = pytest.importorskip('ray')
@@ -86,7 +87,7 @@ def test_a_run_loses_a_worker_node_keeps_learning_and_resumes(
   try:
     head = cluster.head_node.node_id
     workers = {node.node_id: node for node in cluster.worker_nodes}
-    seen = {'unrolls': 0}
+    seen = {'unrolls': 0, 'episodes': progress.EpisodeStats()}
     lose_at, look_at, stop_at = 20, 60, 80
     real_get = actor_pool.RayActorPool.get
 
@@ -96,22 +97,38 @@ def test_a_run_loses_a_worker_node_keeps_learning_and_resumes(
       seen['restarts'] = pool.num_restarts
       if result is not None:
         seen['unrolls'] += 1
+        seen['episodes'].add(result.episodes)
         if seen['unrolls'] == lose_at:
           seen['before'] = pool.where()
           seen['lost'] = seen['before'][0]['node_id']
           cluster.remove_node(workers[seen['lost']], allow_graceful=False)
+          seen['episodes'] = progress.EpisodeStats()  # Only those after.
         elif seen['unrolls'] == look_at:
           seen['after'] = pool.where()
       return result
 
     monkeypatch.setattr(actor_pool.RayActorPool, 'get', get_losing_a_node)
-    config = cartpole_config(tmp_path, '--total_environment_frames=60000',
+    config = cartpole_config(tmp_path, '--total_environment_frames=80000',
                              ray_address=cluster.address)
+
+    def learned_after_the_loss():
+      """The last 100 episodes, all ended after the loss, average over 50.
+
+      A random CartPole policy averages about 22. How soon a run gets there
+      varies (29 at the 78th update in one CI run, 162 in others), so the
+      run goes on until it does; one that never does ends at the frame
+      budget, not stopped early, and fails below.
+      """
+      episodes = seen['episodes']
+      return episodes.full and episodes.mean_return > 50
+
     # Stopped once the recreated actor has delivered (its new life is then
-    # counted), which may take longer than the other actor's 20 unrolls.
+    # counted), which may take longer than the other actor's 20 unrolls,
+    # and the run has learned since the loss.
     first = run_loop.train(
         config, stop_requested=lambda: (seen['unrolls'] >= stop_at and
-                                        seen['restarts'] >= 1))
+                                        seen['restarts'] >= 1 and
+                                        learned_after_the_loss()))
 
     # Spread over both worker nodes, none beside the learner, no GPU.
     before = {actor['node_id'] for actor in seen['before']}
@@ -125,17 +142,13 @@ def test_a_run_loses_a_worker_node_keeps_learning_and_resumes(
     assert seen['after'][1]['pid'] == seen['before'][1]['pid']  # Untouched.
     # Every unroll the learner trained on, before and after the loss, is in
     # the replay buffer (far from full), which the checkpoint keeps.
-    assert first.stopped_early
+    assert first.stopped_early, first  # It learned after the loss.
+    assert first.mean_return > 50, first  # The run's own last 100 episodes.
     trained_on = first.num_env_frames // UNROLL_LENGTH
     assert trained_on > lose_at * ENVS_PER_ACTOR
     assert scalar_series(tmp_path, 'replay/size')[-1][1] == trained_on
     restarts = scalar_series(tmp_path, 'runtime/actor_restarts')
     assert restarts and restarts[-1][1] == 1.0, restarts
-
-    # It learned after the loss: a random CartPole policy averages about
-    # 22 (37 in one CI run when the node went, 162 at the stop), so the bar
-    # is well over twice random, not a value a slower run can miss.
-    assert first.mean_return > 50, first
 
     # The checkpoint written after the loss resumes, on what is left.
     monkeypatch.setattr(actor_pool.RayActorPool, 'get', real_get)
@@ -143,7 +156,7 @@ def test_a_run_loses_a_worker_node_keeps_learning_and_resumes(
       second = run_loop.train(config)
     assert f'Resuming at {first.num_env_frames} frames' in caplog.text
     assert f'Restored {trained_on} replayed unrolls' in caplog.text
-    assert second.num_env_frames >= 60000
+    assert second.num_env_frames >= 80000
     # The actors play the restored policy: every env starts a fresh episode
     # on resuming, and the first episodes to end, as many as there are
     # envs, average well above random. Not the return at the end: at the
