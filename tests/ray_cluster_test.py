@@ -140,10 +140,10 @@ def test_a_run_loses_a_worker_node_keeps_learning_and_resumes(
     assert {actor['node_id'] for actor in seen['after']} == {survivor}
     assert seen['after'][0]['incarnation'] != seen['before'][0]['incarnation']
     assert seen['after'][1]['pid'] == seen['before'][1]['pid']  # Untouched.
-    # Every unroll the learner trained on, before and after the loss, is in
-    # the replay buffer (far from full), which the checkpoint keeps.
     assert first.stopped_early, first  # It learned after the loss.
     assert first.mean_return > 50, first  # The run's own last 100 episodes.
+    # Every unroll the learner trained on, before and after the loss, is in
+    # the replay buffer (far from full), which the checkpoint keeps.
     trained_on = first.num_env_frames // UNROLL_LENGTH
     assert trained_on > lose_at * ENVS_PER_ACTOR
     assert scalar_series(tmp_path, 'replay/size')[-1][1] == trained_on
