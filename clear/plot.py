@@ -424,8 +424,9 @@ def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
   (`up_to`; smoothing is applied before the cut, so the drawn part is the
   same as in the whole figure). `group_seeds` draws, for the runs labelled
   `<method>_s<seed>`, one line per method in the task and summary panels:
-  `seed_stats.mean_curve` of its seeds, the 95% interval shaded; in the
-  training panel each seed's curve takes its method's colour.
+  `seed_stats.mean_curve` of its seeds, the 95% interval shaded (and
+  clipped to the y range of the means and reference levels, `_fit_means`);
+  in the training panel each seed's curve takes its method's colour.
 
   Returns:
     `out`.
@@ -479,16 +480,18 @@ def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
       elif name == panel:
         ax.axvspan(segment.start, segment.end, color='0.88', lw=0)
       ax.axvline(segment.start, color='0.6', lw=0.6, ls=':')
+    means = []  # With groups: the values of this panel's mean lines.
     if panel == 'normalized' and groups:
       for g, (method, members) in enumerate(groups.items()):
-        _draw_seed_mean(ax, [normalized_mean_curve(runs[i], normalization)
-                             for i in members],
-                        colors[g % len(colors)], method, max_frames)
+        means.append(_draw_seed_mean(
+            ax, [normalized_mean_curve(runs[i], normalization)
+                 for i in members],
+            colors[g % len(colors)], method, max_frames))
     elif panel != 'training' and groups:
       for g, (method, members) in enumerate(groups.items()):
-        _draw_seed_mean(ax, [runs[i].eval_curves.get(panel)
-                             for i in members],
-                        colors[g % len(colors)], method, max_frames)
+        means.append(_draw_seed_mean(
+            ax, [runs[i].eval_curves.get(panel) for i in members],
+            colors[g % len(colors)], method, max_frames))
     if panel == 'normalized':
       for i, run in enumerate(runs if not groups else ()):
         series = normalized_mean_curve(run, normalization)
@@ -501,6 +504,7 @@ def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
       ax.set_title('mean over tasks, normalised (0 random, 1 single task)',
                    fontsize=9)
       ax.set_ylabel('normalised evaluation return', fontsize=8)
+      _fit_means(ax, means, [0.0, 1.0])
     elif panel == 'training':
       styles = ['-', '--', '-.', ':']
       for i, run in enumerate(runs):
@@ -535,6 +539,7 @@ def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
         low, high = normalization[panel]
         ax.axhline(high, color='0.3', lw=0.8, ls='--')
         ax.axhline(low, color='0.6', lw=0.8, ls='--')
+      _fit_means(ax, means, normalization.get(panel, ()))
       ax.set_title(panel, fontsize=9)
       ax.set_ylabel('evaluation return', fontsize=8)
     ax.set_xlabel('env frames', fontsize=8)
@@ -552,14 +557,38 @@ def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
   return out
 
 
+def _fit_means(ax, means: Sequence[Optional[np.ndarray]],
+               levels: Sequence[float]):
+  """Fits `ax`'s y range to the `means` a panel drawn with `group_seeds`
+  shows (None: a method without a curve) and its reference `levels`, with
+  a 5% margin. The shaded intervals are clipped to it: with two or three
+  seeds they can be far wider than the means they surround and would
+  flatten them. Without a drawn mean, leaves `ax` as it is."""
+  values = [np.asarray(m, np.float64) for m in means
+            if m is not None and len(m)]
+  if not values:
+    return
+  values.append(np.asarray(levels, np.float64).reshape([-1]))
+  low = min(float(np.nanmin(v)) for v in values if v.size)
+  high = max(float(np.nanmax(v)) for v in values if v.size)
+  margin = 0.05 * (high - low) or 0.5
+  ax.set_ylim(low - margin, high + margin)
+
+
 def _draw_seed_mean(ax, curves: Sequence[Optional[Series]], color: str,
-                    method: str, max_frames: Optional[int]):
+                    method: str, max_frames: Optional[int]
+                    ) -> Optional[np.ndarray]:
   """Draws the mean of a method's seeds' `curves` (None or empty: that
-  seed has none) on `ax`, the 95% interval shaded."""
+  seed has none) on `ax`, the 95% interval shaded.
+
+  Returns:
+    The drawn mean values ([num_points]), or None when no seed has a
+    curve.
+  """
   curves = [(c.steps, c.values) for c in curves
             if c is not None and len(c.steps)]
   if not curves:
-    return
+    return None
   mean = seed_stats.mean_curve(curves)
   steps, values = up_to(mean.steps, mean.mean, max_frames)
   seeds = f'{mean.num_seeds} seed{"s" if mean.num_seeds > 1 else ""}'
@@ -568,6 +597,7 @@ def _draw_seed_mean(ax, curves: Sequence[Optional[Series]], color: str,
     half = mean.half_width[:len(steps)]
     ax.fill_between(steps, values - half, values + half, color=color,
                     alpha=0.2, lw=0)
+  return values
 
 
 def load_runs(logdirs: Sequence[str],

@@ -446,6 +446,13 @@ def test_group_seeds_draws_the_mean_and_interval(seed_runs, tmp_path,
     return real_fill(ax, x, low, high, **kwargs)
   monkeypatch.setattr(matplotlib.axes.Axes, 'plot', recording_plot)
   monkeypatch.setattr(matplotlib.axes.Axes, 'fill_between', recording_fill)
+  import matplotlib.figure  # pylint: disable=g-import-not-at-top
+  y_ranges = {}
+  real_savefig = matplotlib.figure.Figure.savefig
+  def recording_savefig(fig, *args, **kwargs):
+    y_ranges.update({ax.get_title(): ax.get_ylim() for ax in fig.axes})
+    return real_savefig(fig, *args, **kwargs)
+  monkeypatch.setattr(matplotlib.figure.Figure, 'savefig', recording_savefig)
   loaded = plot.load_runs(seed_runs)
   out = plot.plot_runs(loaded, str(tmp_path / 'seeds.png'),
                        baselines=continual_metrics.Baselines(NORMALIZATION,
@@ -479,6 +486,11 @@ def test_group_seeds_draws_the_mean_and_interval(seed_runs, tmp_path,
   assert ax.get_title() == TASKS[0]
   np.testing.assert_allclose(high - low, 2 * 12.7062, atol=1e-3)
   np.testing.assert_allclose((high + low) / 2, 10.0 * i + 1)
+  # The y range spans the means (1 to 45) and the levels 0 and 40, with 5%
+  # margins, not the band (-11.7 to 53.7), which it clips.
+  np.testing.assert_allclose(y_ranges[TASKS[0]], (-2.25, 47.25))
+  # Acrobot: means -99 to -91, levels -100 and -96.
+  np.testing.assert_allclose(y_ranges[TASKS[1]], (-100.45, -90.55))
   # Without the flag: one line per run, as before.
   lines.clear()
   plot.plot_runs(loaded, str(tmp_path / 'runs.png'), training_panel=False)
