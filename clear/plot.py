@@ -564,13 +564,12 @@ def _fit_means(ax, means: Sequence[Optional[np.ndarray]],
   a 5% margin. The shaded intervals are clipped to it: with two or three
   seeds they can be far wider than the means they surround and would
   flatten them. Without a drawn mean, leaves `ax` as it is."""
-  values = [np.asarray(m, np.float64) for m in means
-            if m is not None and len(m)]
-  if not values:
+  drawn = [np.asarray(m, np.float64).reshape([-1]) for m in means
+           if m is not None and len(m)]
+  if not drawn:
     return
-  values.append(np.asarray(levels, np.float64).reshape([-1]))
-  low = min(float(np.nanmin(v)) for v in values if v.size)
-  high = max(float(np.nanmax(v)) for v in values if v.size)
+  values = np.concatenate(drawn + [np.asarray(levels, np.float64)])
+  low, high = float(np.nanmin(values)), float(np.nanmax(values))
   margin = 0.05 * (high - low) or 0.5
   ax.set_ylim(low - margin, high + margin)
 
