@@ -22,7 +22,7 @@ run's mean normalised evaluation return, and `--metrics_out=path.json`
 writes every sequence run's continual-learning metrics
 (`clear.continual.metrics.forgetting_metrics`, from its evaluations)
 normalised, with forward transfer against the single-task curves, and
-what each run cost (`RunUsage`: run time, env frames/s, peak memory,
+what each run cost (`clear.analysis.usage`: run time, env frames/s, peak memory,
 replay bytes) from its `runtime/` and `replay/` scalars.
 
 Seeds of a method (`clear.continual.seed_stats`): with runs labelled
@@ -60,6 +60,7 @@ from absl import flags
 import numpy as np
 
 from clear.analysis import events
+from clear.analysis import usage as usage_lib
 from clear.continual import history as history_lib
 from clear.continual import metrics as metrics_lib
 from clear.continual import schedule as schedule_lib
@@ -73,57 +74,9 @@ event_files = events.event_files
 read_scalars = events.read_scalars
 curves = events.curves
 
-RUN_TIME_TAG = 'runtime/run_time_s'
-FRAMES_TAG = 'runtime/num_env_frames'
-PEAK_MEMORY_TAG = 'runtime/memory_peak_pss_mb'
-REPLAY_BYTES_TAG = 'replay/bytes'
+RUN_TIME_TAG = usage_lib.RUN_TIME_TAG
 INSTALL_HINT = ('clear.plot needs matplotlib: pip install "clear-rl[plot]" '
                 '(or pip install matplotlib).')
-
-
-class RunUsage(NamedTuple):
-  """What a run cost, from its `runtime/` and `replay/` scalars (the points
-  `read_scalars` keeps: a resume drops those it went back over).
-
-  Attributes:
-    env_frames: the most env frames it logged.
-    run_time_s: the seconds it had spent running then (resumes summed,
-      downtime excluded), or None.
-    env_frames_per_s: env_frames / run_time_s over the whole run, or None.
-    peak_memory_pss_mb: the highest peak PSS (MB, the learner and its actor
-      processes) any of its processes logged, or None.
-    replay_bytes: the most bytes its replay held, or None (no replay).
-  """
-  env_frames: int
-  run_time_s: Optional[float]
-  env_frames_per_s: Optional[float]
-  peak_memory_pss_mb: Optional[float]
-  replay_bytes: Optional[int]
-
-
-def run_usage(scalars: Dict[str, Series]) -> Optional[RunUsage]:
-  """The `RunUsage` of a run's scalars (`read_scalars`), or None when it
-  logged no `runtime/num_env_frames`."""
-  frames = scalars.get(FRAMES_TAG)
-  if frames is None or not len(frames.values):
-    return None
-  last = int(np.argmax(frames.values))
-  env_frames = int(frames.values[last])
-  run_time = scalars.get(RUN_TIME_TAG)
-  run_time_s = None
-  if run_time is not None and len(run_time.values):
-    # The run time logged beside the most frames (same step).
-    at = np.flatnonzero(run_time.steps == frames.steps[last])
-    run_time_s = float(run_time.values[at[-1] if len(at) else -1])
-  fps = env_frames / run_time_s if run_time_s else None
-  peak = scalars.get(PEAK_MEMORY_TAG)
-  replay = scalars.get(REPLAY_BYTES_TAG)
-  return RunUsage(
-      env_frames, run_time_s, fps,
-      float(np.max(peak.values)) if peak is not None and len(peak.values)
-      else None,
-      int(np.max(replay.values)) if replay is not None and len(replay.values)
-      else None)
 
 
 class Run(NamedTuple):
@@ -140,7 +93,7 @@ class Run(NamedTuple):
     eval_noise: dict task -> `Series` of the half-widths of its
       evaluations' 95% intervals (`eval/<task>/return_ci95`; runs of older
       code have none).
-    usage: its `RunUsage`, or None.
+    usage: its `clear.analysis.usage.RunUsage`, or None.
   """
   label: str
   logdir: str
@@ -149,7 +102,7 @@ class Run(NamedTuple):
   schedule: Optional[schedule_lib.TaskSchedule]
   run_time: Optional[Series] = None
   eval_noise: Optional[Dict[str, Series]] = None
-  usage: Optional[RunUsage] = None
+  usage: Optional[usage_lib.RunUsage] = None
 
 
 class Reference(NamedTuple):
@@ -227,7 +180,7 @@ def load_run(logdir: str, label: Optional[str] = None,
              schedule_lib.read_tasks_json(logdir),
              scalars.get(RUN_TIME_TAG),
              curves(scalars, tag_prefix, '/' + history_lib.CI95_SUFFIX),
-             run_usage(scalars))
+             usage_lib.run_usage(scalars))
 
 
 def smooth(values, weight: float) -> np.ndarray:
@@ -405,7 +358,8 @@ def continual_metrics(runs: Sequence[Run],
   """label -> `continual_metrics.forgetting_metrics` of each run with a task
   schedule (`tasks.json`) and evaluations, normalised and with forward
   transfer when `baselines` are given, its `eval_noise` under
-  'eval_noise' when it logged one, and its `RunUsage` under 'usage'.
+  'eval_noise' when it logged one, and its `clear.analysis.usage.RunUsage`
+  under 'usage'.
 
   Raises:
     ValueError: no run has both.
