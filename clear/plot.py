@@ -22,8 +22,8 @@ run's mean normalised evaluation return, and `--metrics_out=path.json`
 writes every sequence run's continual-learning metrics
 (`clear.continual.metrics.forgetting_metrics`, from its evaluations)
 normalised, with forward transfer against the single-task curves, and
-what each run cost (`clear.analysis.usage`: run time, env frames/s, peak memory,
-replay bytes) from its `runtime/` and `replay/` scalars.
+what each run cost (`clear.analysis.usage`: run time, env frames/s, peak
+memory, replay bytes) from its `runtime/` and `replay/` scalars.
 
 Seeds of a method (`clear.continual.seed_stats`): with runs labelled
 `<method>_s<seed>` (`clear_s0`, `impala_s1`), `--group_seeds` draws one

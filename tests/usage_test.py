@@ -36,19 +36,22 @@ def test_run_usage_is_read_across_a_resume(tmp_path):
       tf.summary.scalar('replay/bytes', 500 * frames, step=frames)
   second.close()
   schedule_lib.write_tasks_json(logdir, schedule_lib.TaskSchedule(TASKS, 200))
-  with tf.summary.create_file_writer(logdir, filename_suffix='.eval').as_default():
+  evals = tf.summary.create_file_writer(logdir, filename_suffix='.eval')
+  with evals.as_default():
     evaluation.write_eval_summaries({TASKS[0]: 1.0, TASKS[1]: 2.0}, 400)
+  evals.close()
   run = plot.load_run(logdir)
   # 400 frames in 50 s of running. The resume went back over the first
   # process's points from 200 frames on, so they are not the run's (as for
   # every curve): its peak is 700 MB and its replay's most 200 kB.
   expected = usage.RunUsage(env_frames=400, run_time_s=50.0,
-                           env_frames_per_s=8.0, peak_memory_pss_mb=700.0,
-                           replay_bytes=200000)
+                            env_frames_per_s=8.0, peak_memory_pss_mb=700.0,
+                            replay_bytes=200000)
   assert run.usage == expected
   assert plot.continual_metrics([run])['resumed']['usage'] == (
       expected._asdict())
-  # A run that logged no frames has no usage, and its metrics none either.
+  # A run that logged no frames has no usage; one without the other tags
+  # has None for each.
   assert usage.run_usage({}) is None
   no_replay = usage.run_usage({
       'runtime/num_env_frames': events.Series(

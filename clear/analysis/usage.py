@@ -35,26 +35,28 @@ class RunUsage(NamedTuple):
   replay_bytes: Optional[int]
 
 
+def _values(scalars: Dict[str, events.Series], tag: str
+            ) -> Optional[np.ndarray]:
+  """The values of `tag` ordered by step, or None when it was not logged."""
+  series = scalars.get(tag)
+  return series.values if series is not None and len(series.values) else None
+
+
 def run_usage(scalars: Dict[str, events.Series]) -> Optional[RunUsage]:
-  """The `RunUsage` of a run's scalars (`events.read_scalars`), or None when it
-  logged no `runtime/num_env_frames`."""
-  frames = scalars.get(FRAMES_TAG)
-  if frames is None or not len(frames.values):
+  """The `RunUsage` of a run's scalars (`events.read_scalars`), or None when
+  it logged no `runtime/num_env_frames`. The run loop logs the frames and
+  the run time together, with the frames as step, so the last of each are
+  the end of the run."""
+  frames = _values(scalars, FRAMES_TAG)
+  if frames is None:
     return None
-  last = int(np.argmax(frames.values))
-  env_frames = int(frames.values[last])
-  run_time = scalars.get(RUN_TIME_TAG)
-  run_time_s = None
-  if run_time is not None and len(run_time.values):
-    # The run time logged beside the most frames (same step).
-    at = np.flatnonzero(run_time.steps == frames.steps[last])
-    run_time_s = float(run_time.values[at[-1] if len(at) else -1])
-  fps = env_frames / run_time_s if run_time_s else None
-  peak = scalars.get(PEAK_MEMORY_TAG)
-  replay = scalars.get(REPLAY_BYTES_TAG)
+  run_time = _values(scalars, RUN_TIME_TAG)
+  peak = _values(scalars, PEAK_MEMORY_TAG)
+  replay = _values(scalars, REPLAY_BYTES_TAG)
+  env_frames = int(frames[-1])
+  run_time_s = float(run_time[-1]) if run_time is not None else None
   return RunUsage(
-      env_frames, run_time_s, fps,
-      float(np.max(peak.values)) if peak is not None and len(peak.values)
-      else None,
-      int(np.max(replay.values)) if replay is not None and len(replay.values)
-      else None)
+      env_frames, run_time_s,
+      env_frames / run_time_s if run_time_s else None,
+      float(np.max(peak)) if peak is not None else None,
+      int(np.max(replay)) if replay is not None else None)
