@@ -127,6 +127,13 @@ def test_forgetting_per_visit_over_two_cycles():
   assert b_entry['normalized_forgetting_per_visit'] == pytest.approx(0.15)
   assert metrics['average_normalized_forgetting_per_visit'] == (
       pytest.approx(0.3))
+  # The drop across each gap, in order: the terms of those means.
+  assert a_entry['forgetting_by_visit'] == pytest.approx([6.0, 3.0])
+  assert b_entry['forgetting_by_visit'] == pytest.approx([3.0, 0.0])
+  assert a_entry['normalized_forgetting_by_visit'] == pytest.approx(
+      [0.6, 0.3])
+  assert b_entry['normalized_forgetting_by_visit'] == pytest.approx(
+      [0.3, 0.0])
   # Normalised means per evaluation: (0 + 0) / 2, (1 + 0) / 2, (.4 + .7)
   # / 2, (1.2 + .4) / 2, (.9 + 1) / 2.
   assert metrics['average_normalized_return_auc'] == pytest.approx(
@@ -136,6 +143,10 @@ def test_forgetting_per_visit_over_two_cycles():
       _history(frames[:3], A=a[:3], B=b[:3]), schedule)
   assert stopped['per_task']['A']['forgetting_per_visit'] == (
       pytest.approx(6.0))
+  assert stopped['per_task']['A']['forgetting_by_visit'] == (
+      pytest.approx([6.0]))
+  # B's segment ends at the last evaluation: nothing lost yet.
+  assert stopped['per_task']['B']['forgetting_by_visit'] == [0.0]
 
 
 def test_baselines_round_trip_and_errors(tmp_path):
@@ -252,15 +263,24 @@ def test_old_keys_keep_their_values_and_order(tmp_path):
     assert [k for k in now if k in old] == list(old), name
     for task, entry in old['per_task'].items():
       assert [k for k in now['per_task'][task] if k in entry] == list(entry)
-    # The new keys are CORA's.
+    # The new keys are CORA's and the per-visit drops.
     new_keys = set(now) - set(old)
     assert new_keys == {'cora_isolated_forgetting', 'cora_zero_shot_transfer',
                         'cora_forgetting_cycles'}, name
     for task in schedule.unique_task_names:
-      assert set(now['per_task'][task]) - set(old['per_task'][task]) == {
+      entry = now['per_task'][task]
+      by_visit = {'forgetting_by_visit'}
+      if 'normalized_forgetting_per_visit' in entry:
+        by_visit.add('normalized_forgetting_by_visit')
+      assert set(entry) - set(old['per_task'][task]) == {
           'cora_return_scale', 'cora_isolated_forgetting',
           'cora_isolated_forgetting_by_segment', 'cora_zero_shot_transfer',
-          'cora_zero_shot_transfer_by_segment'}, (name, task)
+          'cora_zero_shot_transfer_by_segment'} | by_visit, (name, task)
+      # The per-visit means are the means of the lists.
+      for key in by_visit:
+        mean_key = key.replace('by_visit', 'per_visit')
+        assert np.mean(entry[key]) == pytest.approx(entry[mean_key]), (
+            name, task, key)
 
 
 # --- CORA's metrics -----------------------------------------------------------

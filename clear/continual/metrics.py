@@ -37,6 +37,9 @@ forgetting_per_visit    the mean, over task i's reached segments k, of
                         segment)), T after its last: what the task loses
                         while the others train, every visit. With one
                         cycle it equals `forgetting`.
+forgetting_by_visit     the terms of that mean, one per reached segment
+                        of task i in order: the drop across each gap
+                        (the last: from its last segment to T).
 
 Average performance
 -------------------
@@ -212,9 +215,10 @@ def task_metrics(task: str, frames: np.ndarray, returns: np.ndarray,
         end_of_training_return=_value(returns[nearest]),
         forgetting=_value(returns[nearest] - final))
     visits = _visits(frames, schedule.segments_of(task))
+    drops = [returns[e] - returns[n] for e, n in visits]
     entry['forgetting_per_visit'] = _value(
-        np.mean([returns[e] - returns[n] for e, n in visits])
-        if visits else None)
+        np.mean(drops) if drops else None)
+    entry['forgetting_by_visit'] = [_value(d) for d in drops]
   entry['forgetting_from_best'] = _value(returns[best] - final)
   if task in normalization:
     scaled = _normalize(returns, normalization[task])
@@ -224,9 +228,10 @@ def task_metrics(task: str, frames: np.ndarray, returns: np.ndarray,
                      scaled[best] - scaled[-1]))
     if end is not None:
       entry['normalized_forgetting'] = _value(scaled[nearest] - scaled[-1])
+      drops = [scaled[e] - scaled[n] for e, n in visits]
       entry['normalized_forgetting_per_visit'] = _value(
-          np.mean([scaled[e] - scaled[n] for e, n in visits])
-          if visits else None)
+          np.mean(drops) if drops else None)
+      entry['normalized_forgetting_by_visit'] = [_value(d) for d in drops]
   return entry
 
 
