@@ -137,6 +137,16 @@ def _mean(values) -> Optional[float]:
   return _value(np.mean(values)) if values else None
 
 
+def _visit_drops(values, visits: Sequence[Tuple[int, int]]
+                 ) -> Tuple[List[Optional[float]], Optional[float]]:
+  """The drop of `values` float `[N]` across each of `visits` (index at a
+  segment's end, index at the next visit; see `_visits`), and their mean
+  (None without visits)."""
+  drops = [values[e] - values[n] for e, n in visits]
+  return ([_value(d) for d in drops],
+          _value(np.mean(drops) if drops else None))
+
+
 def _normalize(x, low_high):
   low, high = low_high
   return (np.asarray(x, np.float64) - low) / (high - low)
@@ -215,10 +225,9 @@ def task_metrics(task: str, frames: np.ndarray, returns: np.ndarray,
         end_of_training_return=_value(returns[nearest]),
         forgetting=_value(returns[nearest] - final))
     visits = _visits(frames, schedule.segments_of(task))
-    drops = [returns[e] - returns[n] for e, n in visits]
-    entry['forgetting_per_visit'] = _value(
-        np.mean(drops) if drops else None)
-    entry['forgetting_by_visit'] = [_value(d) for d in drops]
+    by_visit, per_visit = _visit_drops(returns, visits)
+    entry['forgetting_per_visit'] = per_visit
+    entry['forgetting_by_visit'] = by_visit
   entry['forgetting_from_best'] = _value(returns[best] - final)
   if task in normalization:
     scaled = _normalize(returns, normalization[task])
@@ -228,10 +237,9 @@ def task_metrics(task: str, frames: np.ndarray, returns: np.ndarray,
                      scaled[best] - scaled[-1]))
     if end is not None:
       entry['normalized_forgetting'] = _value(scaled[nearest] - scaled[-1])
-      drops = [scaled[e] - scaled[n] for e, n in visits]
-      entry['normalized_forgetting_per_visit'] = _value(
-          np.mean(drops) if drops else None)
-      entry['normalized_forgetting_by_visit'] = [_value(d) for d in drops]
+      by_visit, per_visit = _visit_drops(scaled, visits)
+      entry['normalized_forgetting_per_visit'] = per_visit
+      entry['normalized_forgetting_by_visit'] = by_visit
   return entry
 
 
