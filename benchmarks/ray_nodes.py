@@ -34,6 +34,7 @@ import tree
 from clear.algorithms import registry
 from clear.cli import configs
 from clear.runtime import actor_pool
+from clear.runtime import actor_worker
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('bench_env', 'atari:Pong', 'Env of the actors.')
@@ -58,7 +59,7 @@ def pool_config(num_actors):
     config = configs.config_from_flags(FLAGS)
   lc = config.learner_config
   step_mul = config.env_options.get('step_mul', 1)
-  return actor_pool.ActorPoolConfig(
+  return actor_worker.ActorPoolConfig(
       env_name=config.env_name, env_options=config.env_options,
       envs_per_actor=config.envs_per_actor, algorithm=config.algorithm,
       agent_config=config.agent_config, unroll_length=lc.unroll_length,

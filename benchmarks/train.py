@@ -14,6 +14,17 @@ process tree, CPU time of the run, mean policy lag and the replay share.
   python -m benchmarks.train --cases=minatar_breakout_clear,minatar_space_invaders_clear
   python -m benchmarks.train --cases=pong_clear_5m_buffer  # fills 62,500 unrolls
   python -m benchmarks.train --cases=pong_clear --frames=1200000  # 800k buffer full
+  python -m benchmarks.train --cases=minatar_sequence  # and each game alone
+  python -m benchmarks.train --cases=atari_sequence    # and each game alone
+
+A sequence case (`SEQUENCES`) runs each of its games alone for the frames
+the sequence gives it, without evaluation, then the sequence with its
+flagfile's evaluation settings, twice: evaluating in a process of its own
+(the default) and in the learner. For each sequence run it reports the env
+frames per second as a ratio to the games' alone (all their frames over
+all their seconds, each from its first update), measured in the same
+invocation, and the seconds spent evaluating and switching tasks (from
+each switch to the new task's first unroll).
 
 The MinAtar cases run the family's defaults (64 envs on one actor process,
 LSTM 128; the target is at least 10,000 env frames per second on the
@@ -105,6 +116,86 @@ CASES = {
 }
 
 
+MINATAR_GAMES = ('Asterix', 'Breakout', 'Freeway', 'Seaquest',
+                 'SpaceInvaders')
+ATARI_GAMES = ('SpaceInvaders', 'BeamRider', 'MsPacman')
+# The Atari flagfile's settings (results/atari_sequence/flags/clear.flags)
+# besides the sequence, its frames and its evaluations.
+ATARI_SEQUENCE_FLAGS = [
+    '--replay_proportion=0.5', '--replay_buffer_size=25000',
+    '--batch_size=64', '--learning_rate=1e-3', '--optimizer=rmsprop',
+    '--rmsprop_epsilon=1e-5', '--rmsprop_initial_mean_square=1',
+    '--reward_scaling=1', '--envs_per_actor=32', '--network=impala_shallow',
+    '--core_size=256', '--torso_norm=layer_norm']
+
+# name -> (family, games, flags of every run, frames per game, quick frames
+# per game, flags of the sequence run alone: its flagfile's evaluations,
+# every task evaluated at the start, every interval, at each switch and at
+# the end). The visits are shorter than the flagfiles' (1M and 2M frames).
+SEQUENCES = {
+    'minatar_sequence': (
+        'minatar', MINATAR_GAMES, ['--replay_proportion=0.5'], 400_000,
+        20_000, ['--eval_interval_frames=250000', '--eval_episodes=20']),
+    'atari_sequence': (
+        'atari', ATARI_GAMES, ATARI_SEQUENCE_FLAGS, 300_000, 20_000,
+        ['--eval_interval_frames=1000000', '--eval_episodes=20',
+         '--eval_max_steps=27000']),
+}
+
+
+# The sequence runs of a `SEQUENCES` case: name -> their extra flags.
+SEQUENCE_RUNS = {'sequence': [],
+                 'sequence_eval_in_learner': ['--evaluator=learner']}
+
+
+def sequence_parts(name):
+  """[(part name, flags, frames)] of a `SEQUENCES` case: each game alone,
+  then the sequence with its evaluations in their own process (the
+  default) and in the learner."""
+  family, games, common, frames, quick_frames, evaluation = SEQUENCES[name]
+  per_game = FLAGS.frames or (quick_frames if FLAGS.quick else frames)
+  parts = [(f'{game}_alone', [f'--env={family}:{game}', *common], per_game)
+           for game in games]
+  sequence = ','.join(f'{family}:{game}' for game in games)
+  for run, extra in SEQUENCE_RUNS.items():
+    parts.append((run, [f'--env={sequence}', *common,
+                        f'--frames_per_task={per_game}',
+                        '--num_task_cycles=1', *evaluation, *extra],
+                  per_game * len(games)))
+  return parts
+
+
+def run_sequence_case(name, base):
+  """Runs a `SEQUENCES` case's parts; the sequence's rate against its
+  games' alone, with its evaluation and switch seconds."""
+  parts = {}
+  for part, args, frames in sequence_parts(name):
+    logdir = os.path.join(base, part)
+    os.makedirs(logdir, exist_ok=True)
+    parts[part] = run_training(args, frames, None, logdir)
+  alone = [result for part, result in parts.items()
+           if part not in SEQUENCE_RUNS]
+  frames_alone = sum(r['env_frames_trained'] for r in alone)
+  seconds_alone = sum(r['seconds_from_first_update'] for r in alone)
+  rate_alone = frames_alone / seconds_alone
+  summary = {'parts': parts, 'env_frames_per_s_alone': rate_alone,
+             'num_task_switches': len(SEQUENCES[name][1]) - 1}
+  for run in SEQUENCE_RUNS:
+    result = parts[run]
+    rate = result['env_frames_trained'] / result['seconds_from_first_update']
+    summary[run] = {
+        'env_frames_per_s': rate,
+        'ratio_to_alone': rate / rate_alone,
+        'seconds_from_first_update': result['seconds_from_first_update'],
+        'eval_s': result['eval_s'],
+        'num_evaluations': result['num_evaluations'],
+        'task_switch_s': result['task_switch_s'],
+        'peak_memory_process_tree_pss_mb': result[
+            'peak_memory_process_tree_pss_mb'],
+    }
+  return summary
+
+
 def tree_memory(process: psutil.Process):
   """(RSS sum, PSS sum) of a process and all its descendants, bytes.
 
@@ -137,18 +228,35 @@ def tree_cpu(process: psutil.Process) -> float:
   return total
 
 
-def rate(series, start_time):
-  """Increase per second of a counter `plot.Series` after `start_time`."""
+def increase(series, start_time):
+  """(increase, seconds) of a counter `plot.Series` between its first and
+  last samples after `start_time`; (nan, nan) with fewer than two."""
   after = series.wall_times >= start_time
   times, values = series.wall_times[after], series.values[after]
   if len(times) < 2 or times[-1] <= times[0]:
-    return float('nan')
-  return float((values[-1] - values[0]) / (times[-1] - times[0]))
+    return float('nan'), float('nan')
+  return float(values[-1] - values[0]), float(times[-1] - times[0])
+
+
+def rate(series, start_time):
+  """Increase per second of a counter `plot.Series` after `start_time`."""
+  amount, seconds = increase(series, start_time)
+  return amount / seconds
 
 
 def run_case(name, logdir):
   args, frames, quick_frames, threshold = CASES[name]
   total = FLAGS.frames or (quick_frames if FLAGS.quick else frames)
+  return run_training(args, total, threshold, logdir)
+
+
+def last_value(events, tag, default=0.0):
+  series = events.get(tag)
+  return float(series.values[-1]) if series is not None else default
+
+
+def run_training(args, total, threshold, logdir):
+  """Runs `clear.train` with `args` for `total` frames in `logdir`."""
   cmd = [sys.executable, '-m', 'clear.train', *args, f'--logdir={logdir}',
          f'--total_environment_frames={total}', '--log_interval_s=5']
   env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='2')
@@ -171,15 +279,16 @@ def run_case(name, logdir):
   cpu = (cpu_after.ru_utime - cpu_before.ru_utime +
          cpu_after.ru_stime - cpu_before.ru_stime)
   if process.returncode:
-    raise RuntimeError(f'{name} failed; see {logdir}/stderr.log')
+    raise RuntimeError(f'{args} failed; see {logdir}/stderr.log')
   events = plot.read_scalars(logdir)
   steps = events['runtime/num_updates']
   frames_series = events['runtime/num_env_frames']
   first_update = events['runtime/first_update_s'].wall_times[0]
   end = frames_series.wall_times[-1]
-  return_tags = [t for t in events if t.endswith('/return')]
+  return_tags = [t for t in events if t.startswith('episode/') and
+                 t.endswith('/return')]
   summary = None  # No episode ended: a short case of a long game.
-  if return_tags:
+  if return_tags and threshold is not None:
     summary = plot.summarize_curve(events[return_tags[0]], 100, threshold,
                                    start_time=launch)
   seconds = summary.seconds_to_threshold if summary else None
@@ -189,8 +298,15 @@ def run_case(name, logdir):
                   cpu)
   lags = events['runtime/policy_lag'].values
   num_replay = 0.5 if '--replay_proportion=0.5' in args else 0.0
+  eval_series = events.get('eval/mean_return')
+  trained, trained_s = increase(frames_series, first_update)
   return {
       'flags': args, 'total_environment_frames': total,
+      'env_frames_trained': trained,
+      'seconds_from_first_update': trained_s,
+      'eval_s': last_value(events, 'runtime/eval_s'),
+      'num_evaluations': len(eval_series.values) if eval_series else 0,
+      'task_switch_s': last_value(events, 'runtime/task_switch_s'),
       'wall_time_s': wall, 'cpu_time_s': cpu,
       'launch_to_first_update_s': first_update - launch,
       'env_frames_per_s_from_first_update': rate(frames_series, first_update),
@@ -217,7 +333,10 @@ def main(argv):
   for name in FLAGS.cases:
     logdir = os.path.join(base, name)
     os.makedirs(logdir, exist_ok=True)
-    results[name] = run_case(name, logdir)
+    if name in SEQUENCES:
+      results[name] = run_sequence_case(name, logdir)
+    else:
+      results[name] = run_case(name, logdir)
   print(json.dumps({
       'benchmark': 'train', 'quick': FLAGS.quick,
       'machine': {'cpus': os.cpu_count(),

@@ -16,6 +16,7 @@ from clear.algorithms import registry
 from clear.algorithms.impala import learner as learner_lib
 from clear.runtime import actor as actor_lib
 from clear.runtime import actor_pool
+from clear.runtime import actor_worker
 import envs
 
 
@@ -167,7 +168,7 @@ def test_unroll_length_must_be_positive():
 
 
 def pool_config(**kwargs):
-  return actor_pool.ActorPoolConfig(
+  return actor_worker.ActorPoolConfig(
       env_name='gym:CartPole-v1', env_options={}, envs_per_actor=4,
       algorithm='impala', agent_config=policy_lib.AgentConfig('mlp', 8),
       unroll_length=5, **{'num_actors': 2, **kwargs})
@@ -251,8 +252,8 @@ class FakeRayForTest:
         self.index = index
         self.collect_with_incarnation = self
 
-      def remote(self, weights_ref, version):
-        del weights_ref, version
+      def remote(self, weights_ref, version, switch):
+        del weights_ref, version, switch
         fake.submitted[self.index] += 1
         ref = object()
         fake._outcomes[ref] = fake.scripts[self.index].pop(0)

@@ -12,6 +12,7 @@ from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
 from clear.algorithms.impala import learner as learner_lib
 from clear.runtime import actor_pool
+from clear.runtime import actor_worker
 from clear.runtime import devices
 from clear.runtime import run_config
 from clear.runtime import run_loop
@@ -30,7 +31,7 @@ def process_environment(pid):
                     reason='needs /proc')
 def test_local_actor_processes_start_without_gpus(monkeypatch):
   monkeypatch.setenv(devices.CUDA_VISIBLE_DEVICES, '0,1')
-  config = actor_pool.ActorPoolConfig(
+  config = actor_worker.ActorPoolConfig(
       'gym:CartPole-v1', {}, 2, 'impala', policy_lib.AgentConfig('mlp', 4),
       5, num_actors=2)
   env = envs.make('gym:CartPole-v1', num_envs=1)

@@ -91,14 +91,26 @@ def test_cartpole_learns_stops_on_sigterm_resumes_and_tests(tmp_path):
   assert results['mean'] > 100, results
 
 
-def test_ray_backend_trains(tmp_path):
-  result = run_binary('--backend=ray', '--logdir=' + str(tmp_path),
-                      '--total_environment_frames=4000', '--num_actors=1',
+@pytest.mark.parametrize('backend', ['local', 'ray'])
+def test_a_sequence_trains_each_task_on_its_own_envs(tmp_path, backend):
+  # CartPole pays +1 a step, MountainCar -1 until its 200-step limit: the
+  # episodes the run logs for each task (tagged with the task it trains)
+  # show which envs the actors really played, so an actor that missed the
+  # switch, or an unroll of CartPole kept after it, would show here.
+  result = run_binary(f'--backend={backend}', '--logdir=' + str(tmp_path),
+                      '--env=gym:CartPole-v1,gym:MountainCar-v0',
+                      '--frames_per_task=3000', '--eval_episodes=1',
+                      '--eval_max_steps=10', '--num_actors=1',
                       '--envs_per_actor=8', timeout=400)
   assert result.returncode == 0, result.stderr[-3000:]
-  assert frames_done(result.stderr) >= 4000
+  assert frames_done(result.stderr) >= 6000
   assert os.path.exists(os.path.join(str(tmp_path), 'checkpoints',
                                      'checkpoint'))
+  events = plot.read_scalars(str(tmp_path))
+  cartpole = events['episode/gym:CartPole-v1/return'].values
+  mountain_car = events['episode/gym:MountainCar-v0/return'].values
+  assert len(cartpole) and np.all(cartpole > 0)
+  assert len(mountain_car) >= 8 and np.all(mountain_car < 0)
 
 
 @pytest.mark.parametrize('args,message', [

@@ -229,6 +229,13 @@ class Policy(abc.ABC):
     if rng is not None:
       rng.state.assign(state['rng'])
 
+  def reseed_sampling(self, seed: int):
+    """Puts `sampling_rng` where it starts in a policy built with `seed`
+    (default: `tf.random.Generator.from_seed(seed)`)."""
+    rng = self.sampling_rng()
+    if rng is not None:
+      rng.reset_from_seed(seed)
+
   def acting_checkpointables(self) -> Dict[str, tf.Module]:
     """What acting needs from a checkpoint, named as in `checkpointables`
     (test mode restores only these into an acting-only policy)."""

@@ -128,4 +128,5 @@ def config_from_flags(f) -> run_config_lib.RunConfig:
       init_scope=f.init_scope, frames_per_task=f.frames_per_task,
       num_task_cycles=f.num_task_cycles,
       eval_interval_frames=f.eval_interval_frames,
-      eval_episodes=f.eval_episodes, eval_max_steps=f.eval_max_steps)
+      eval_episodes=f.eval_episodes, eval_max_steps=f.eval_max_steps,
+      evaluator=f.evaluator)

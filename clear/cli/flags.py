@@ -265,6 +265,12 @@ flags.DEFINE_integer('eval_interval_frames', 0,
 flags.DEFINE_integer('eval_episodes', 10, 'Episodes per task and evaluation.')
 flags.DEFINE_integer('eval_max_steps', 27_000,
                      'Agent steps after which an evaluation episode is cut.')
+flags.DEFINE_enum('evaluator', 'auto', ['auto', 'learner', 'process'],
+                  'Where a training run plays its evaluations: in the '
+                  'learner, which pauses for them, or in a process of their '
+                  'own beside it, which trains on; auto: the learner with '
+                  '--backend=inline (one process, reproducible), else a '
+                  'process.')
 flags.DEFINE_integer('test_num_episodes', 10, 'Episodes played by --mode=test.')
 flags.DEFINE_string('record', '',
                     'With --mode=test: after the test episodes, play one '

@@ -89,6 +89,20 @@ class Actor:
                                                       batch_size)
     self._state = self._policy.initial_state(batch_size)
 
+  def use_env(self, env, seed: int):
+    """Acts in `env` (of the same spec and batch) from now on, sampling as
+    a policy built with `seed` starts to: fresh episodes, a fresh core
+    state, and the weights reloaded at the next `set_weights`. The env it
+    used before stays open (its owner closes it)."""
+    if env.spec != self._env.spec or env.num_envs != self._env.num_envs:
+      raise ValueError(f'Actor.use_env: {env.spec.name!r} with '
+                       f'{env.num_envs} envs does not match '
+                       f'{self._env.spec.name!r} with {self._env.num_envs}.')
+    self._env = env
+    self._policy.reseed_sampling(seed)
+    self.weights_version = -1
+    self.reset()
+
   def set_weights(self, weights, version: int):
     self._policy.set_weights(weights)
     self.weights_version = version

@@ -1,9 +1,14 @@
 """Actor pools: many actors feeding one learner, locally or on Ray.
 
-Both pools run the same `ActorWorker` (an env plus an acting copy of the
-policy) and offer the learner the same three calls: `publish(weights,
-version)` after each update, `get(timeout)` for the next `Trajectories`, and
+Every pool runs the same `actor_worker.ActorWorker` (an env per task plus
+an acting copy of the policy) and offers the learner the same four calls:
+`publish(weights, version)` after each update, `get(timeout)` for the next
+`Trajectories`, `switch_task(task, seed)` when a task sequence moves on, and
 `close()`.
+
+A switch keeps every actor's process, TensorFlow runtime and policy: each
+worker switches in place (`ActorWorker.switch_task`). Unrolls of the task
+before, still on their way, are dropped.
 
 - `LocalActorPool`: one process per actor on this machine. Unrolls come back
   through one pipe per actor, served in turn as they are ready, so the
@@ -32,37 +37,11 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from clear import snapshot
-from clear.algorithms import policy as policy_lib
-from clear.algorithms import registry
 from clear.runtime import actor as actor_lib
+from clear.runtime import actor_worker
 from clear.runtime import devices
 
 BACKENDS = ('local', 'inline', 'ray')
-
-
-class ActorPoolConfig(NamedTuple):
-  """How to build each actor; picklable, so child processes rebuild them.
-
-  Attributes:
-    env_name: `envs.make` name.
-    env_options: dict of `envs.make` options.
-    envs_per_actor: environments each actor steps in one batch.
-    algorithm: `registry.ALGORITHMS` key.
-    agent_config: `policy.AgentConfig`.
-    unroll_length: T.
-    num_actors: actor count.
-    seed: base seed; actor i seeds its envs and policy from it.
-    max_restarts: restarts of dead actors tolerated before the run fails.
-  """
-  env_name: str
-  env_options: dict
-  envs_per_actor: int
-  algorithm: str
-  agent_config: policy_lib.AgentConfig
-  unroll_length: int
-  num_actors: int = 1
-  seed: int = 0
-  max_restarts: int = 20
 
 
 class ActorFailure(RuntimeError):
@@ -74,32 +53,6 @@ class _FatalActorError(NamedTuple):
   """Sent by an actor process whose environment failed for good."""
   actor_id: int
   message: str
-
-
-def actor_seed(config: ActorPoolConfig, actor_id: int, generation: int):
-  return config.seed + 1000 * (actor_id + 1) + 100_000 * generation
-
-
-class ActorWorker:
-  """An env plus an acting policy copy; the unit both pools run."""
-
-  def __init__(self, config: ActorPoolConfig, actor_id: int,
-               generation: int = 0):
-    import envs  # pylint: disable=g-import-not-at-top
-    seed = actor_seed(config, actor_id, generation)
-    env = envs.make(config.env_name, num_envs=config.envs_per_actor,
-                    seed=seed, **config.env_options)
-    policy = registry.make_policy(config.algorithm, env.spec,
-                                    config.agent_config, seed=seed)
-    self.actor = actor_lib.Actor(env, policy, config.unroll_length, actor_id)
-
-  def collect(self, weights=None, version=-1) -> actor_lib.Trajectories:
-    if weights is not None and version > self.actor.weights_version:
-      self.actor.set_weights(weights, version)
-    return self.actor.collect()
-
-  def close(self):
-    self.actor.close()
 
 
 # --- Local processes ---------------------------------------------------------
@@ -149,6 +102,31 @@ class _SharedWeights:
     return weights, new_version
 
 
+class _SharedTask:
+  """The pool's latest `actor_worker.TaskSwitch`, in shared memory, read
+  without locks (a seqlock, as `_SharedWeights`)."""
+
+  def __init__(self, ctx, switch: actor_worker.TaskSwitch):
+    self._sequence = ctx.RawValue('q', 0)
+    self._values = ctx.RawArray('q', 3)
+    self.write(switch)
+
+  def write(self, switch: actor_worker.TaskSwitch):
+    self._sequence.value += 1  # Odd: writing.
+    self._values[:] = list(switch)
+    self._sequence.value += 1
+
+  def read(self) -> actor_worker.TaskSwitch:
+    while True:
+      before = self._sequence.value
+      if before % 2:
+        time.sleep(0.0005)
+        continue
+      values = list(self._values)
+      if self._sequence.value == before:
+        return actor_worker.TaskSwitch(*values)
+
+
 class _StopFlag:
   """A shared stop flag without locks.
 
@@ -168,7 +146,7 @@ class _StopFlag:
 
 
 @contextlib.contextmanager
-def _children_ignore_sigint():
+def children_ignore_sigint():
   """Ignores SIGINT while actor processes are started, so they start with
   it ignored.
 
@@ -191,14 +169,18 @@ def _children_ignore_sigint():
     signal.signal(signal.SIGINT, previous)
 
 
-def _actor_process(config, actor_id, generation, shared, connection, stop,
-                   entered):
+def _actor_process(config, switch_number, actor_id, generation, shared, task,
+                   connection, stop, entered):
   """Body of an actor process: collect unrolls until told to stop.
 
-  SIGINT is ignored (see `_children_ignore_sigint`): the learner decides
-  when the actors stop. `entered` (a shared byte) is set first thing, so
-  the learner knows whether the process is still starting up. An actor
-  told to stop before it has started exits quietly.
+  `config` is of the pool's switch `switch_number`. Before each unroll the
+  actor checks `task` (a `_SharedTask`) and switches in place when the pool
+  has moved on; each unroll is sent with the number
+  of the switch it was played under, so the pool can drop the task
+  before's. SIGINT is ignored (see `children_ignore_sigint`): the learner
+  decides when the actors stop. `entered` (a shared byte) is set first
+  thing, so the learner knows whether the process is still starting up.
+  An actor told to stop before it has started exits quietly.
   """
   signal.signal(signal.SIGINT, signal.SIG_IGN)
   entered.value = 1
@@ -209,10 +191,15 @@ def _actor_process(config, actor_id, generation, shared, connection, stop,
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf.config.threading.set_intra_op_parallelism_threads(1)
   tf.config.threading.set_inter_op_parallelism_threads(1)
-  worker = ActorWorker(config, actor_id, generation)
+  worker = actor_worker.ActorWorker(config, actor_id, generation)
+  worker.switch_number = switch_number
   version = -1
   try:
     while not stop.is_set():
+      switch = task.read()
+      if switch.number != worker.switch_number:
+        worker.switch_task(switch)
+        version = -1  # Load the weights published before the switch.
       weights, new_version = shared.read_if_newer(version)
       if weights is None and version < 0:
         time.sleep(0.01)  # No weights published yet.
@@ -227,7 +214,8 @@ def _actor_process(config, actor_id, generation, shared, connection, stop,
         connection.send(_FatalActorError(actor_id, str(e)))
         return
       version = new_version
-      connection.send(trajectories)  # Blocks while the learner is busy.
+      # Blocks while the learner is busy.
+      connection.send((worker.switch_number, trajectories))
   except (KeyboardInterrupt, BrokenPipeError, EOFError, OSError):
     pass  # The learner closed the pipe or the user interrupted.
   finally:
@@ -242,10 +230,13 @@ class LocalActorPool:
   dies mid-send can only break its own pipe.
   """
 
-  def __init__(self, config: ActorPoolConfig, weight_shapes):
+  def __init__(self, config: actor_worker.ActorPoolConfig, weight_shapes):
     self.config = config
     self._ctx = mp.get_context('spawn')
     self._shared = _SharedWeights(self._ctx, weight_shapes)
+    self._switch = actor_worker.TaskSwitch(
+        0, int(config.env_options.get('task', 0)), config.seed)
+    self._task = _SharedTask(self._ctx, self._switch)
     self._stop = _StopFlag(self._ctx)
     self._generations = [0] * config.num_actors
     self.num_restarts = 0
@@ -261,11 +252,13 @@ class LocalActorPool:
     self._entered[actor_id] = self._ctx.RawValue('b', 0)
     process = self._ctx.Process(
         target=_actor_process, name=f'clear-actor-{actor_id}', daemon=True,
-        args=(self.config, actor_id, self._generations[actor_id],
-              self._shared, writer, self._stop, self._entered[actor_id]))
+        args=(self.config, self._switch.number, actor_id,
+              self._generations[actor_id],
+              self._shared, self._task, writer, self._stop,
+              self._entered[actor_id]))
     # Started without GPUs in its environment: an actor's TensorFlow must
     # never claim the learner's accelerator memory.
-    with _children_ignore_sigint(), devices.children_see_no_gpu():
+    with children_ignore_sigint(), devices.children_see_no_gpu():
       process.start()
     writer.close()  # The child holds its own copy.
     self._processes[actor_id] = process
@@ -273,6 +266,15 @@ class LocalActorPool:
 
   def publish(self, weights, version):
     self._shared.write(weights, version)
+
+  def switch_task(self, task: int, seed: int):
+    """Every actor plays task `task` (seeded from `seed`) from its next
+    unroll on, in its own process; actors started later (restarts) start
+    with it. Publish the weights to act with first."""
+    self._switch = actor_worker.TaskSwitch(self._switch.number + 1,
+                                           int(task), int(seed))
+    self.config = actor_worker.switched_config(self.config, self._switch)
+    self._task.write(self._switch)
 
   def _restart(self, actor_id, reason):
     process = self._processes[actor_id]
@@ -300,7 +302,20 @@ class LocalActorPool:
         self._restart(actor_id, f'exit code {process.exitcode}')
 
   def get(self, timeout: float = 1.0) -> Optional[actor_lib.Trajectories]:
-    """The next trajectories, or None if none came within `timeout`."""
+    """The next trajectories of the current task, or None if none came
+    within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+      received = self._receive(max(0.0, deadline - time.monotonic()))
+      if received is None:
+        return None
+      number, trajectories = received
+      if number == self._switch.number:
+        return trajectories
+      # Played before the last switch: dropped, as the task's unrolls are.
+
+  def _receive(self, timeout: float):
+    """The next (switch number, trajectories) from any actor, or None."""
     self.restart_dead_actors()
     ready = mp.connection.wait(self._connections, timeout)
     if not ready:
@@ -359,16 +374,28 @@ class InlineActorPool:
   so the data a seeded run sees depends on nothing but the seed.
   """
 
-  def __init__(self, config: ActorPoolConfig):
+  def __init__(self, config: actor_worker.ActorPoolConfig):
     self.config = config
-    self._workers = [ActorWorker(config, i) for i in range(config.num_actors)]
+    self._workers = [actor_worker.ActorWorker(config, i)
+                     for i in range(config.num_actors)]
     self._weights = None
     self._version = -1
     self._next = 0
+    self._switches = 0
     self.num_restarts = 0
 
   def publish(self, weights, version):
     self._weights, self._version = weights, version
+
+  def switch_task(self, task: int, seed: int):
+    """Every actor plays task `task` (seeded from `seed`) from now on, and
+    actor 0 collects next: as a pool built for the task would."""
+    self._switches += 1
+    switch = actor_worker.TaskSwitch(self._switches, int(task), int(seed))
+    for worker in self._workers:
+      worker.switch_task(switch)
+    self.config = actor_worker.switched_config(self.config, switch)
+    self._next = 0
 
   def get(self, timeout: float = 1.0) -> Optional[actor_lib.Trajectories]:
     del timeout  # Collecting is synchronous.
@@ -391,7 +418,7 @@ class InlineActorPool:
     state = {'next': np.array(self._next),
              'num_actors': np.array(len(self._workers))}
     for i, worker in enumerate(self._workers):
-      state.update(snapshot.prefixed(f'actor{i}', worker.actor.get_state()))
+      state.update(snapshot.prefixed(f'actor{i}', worker.get_state()))
     return state
 
   def set_state(self, state: snapshot.Arrays):
@@ -400,7 +427,7 @@ class InlineActorPool:
       raise ValueError(f'The saved actor state holds {int(state["num_actors"])}'
                        f' actors, this pool {len(self._workers)}.')
     for i, worker in enumerate(self._workers):
-      worker.actor.set_state(snapshot.subset(f'actor{i}', state))
+      worker.set_state(snapshot.subset(f'actor{i}', state))
     self._next = int(state['next'])
 
   def close(self):
@@ -408,11 +435,12 @@ class InlineActorPool:
       worker.close()
 
 
-# --- Ray -----------------------------------------------------------------------
+# --- Ray ---------------------------------------------------------------------
 
 
-class RayActorWorker(ActorWorker):
-  """`ActorWorker` as a Ray actor: no GPU, and fresh seeds after a restart.
+class RayActorWorker(actor_worker.ActorWorker):
+  """`actor_worker.ActorWorker` as a Ray actor: no GPU, and fresh seeds after
+  a restart.
 
   Ray recreates an actor whose process or node died (up to its
   `max_restarts`) by running `__init__` again. Each life draws a random
@@ -422,7 +450,7 @@ class RayActorWorker(ActorWorker):
   episodes.
   """
 
-  def __init__(self, config: ActorPoolConfig, actor_id: int):
+  def __init__(self, config: actor_worker.ActorPoolConfig, actor_id: int):
     devices.hide_accelerators()
     import ray  # pylint: disable=g-import-not-at-top
     with warnings.catch_warnings():  # Ray's own use of a deprecated API.
@@ -432,7 +460,14 @@ class RayActorWorker(ActorWorker):
     generation = 1 + self.incarnation % 50_000 if reconstructed else 0
     super().__init__(config, actor_id, generation)
 
-  def collect_with_incarnation(self, weights=None, version=-1):
+  def collect_with_incarnation(self, weights=None, version=-1,
+                               switch: Optional[
+                                   actor_worker.TaskSwitch] = None):
+    """(incarnation, trajectories) of the next unroll, played on
+    `switch`'s task (switched to first when it is new to this actor, also
+    after Ray recreated it with the task it was first built for)."""
+    if switch is not None and switch.number != self.switch_number:
+      self.switch_task(switch)
     return self.incarnation, self.collect(weights, version)
 
   def where(self) -> dict:
@@ -457,7 +492,7 @@ class RayActorPool:
   `config.max_restarts` the run stops with `ActorFailure`.
 
   Args:
-    config: `ActorPoolConfig`.
+    config: `actor_worker.ActorPoolConfig`.
     address: a Ray cluster address; None starts a local Ray bound to the
       loopback address.
     actor_resource: a custom Ray resource each actor needs one unit of, so
@@ -466,8 +501,8 @@ class RayActorPool:
       node with a free CPU.
   """
 
-  def __init__(self, config: ActorPoolConfig, address: Optional[str] = None,
-               actor_resource: str = ''):
+  def __init__(self, config: actor_worker.ActorPoolConfig,
+               address: Optional[str] = None, actor_resource: str = ''):
     try:
       import ray  # pylint: disable=g-import-not-at-top
     except ImportError as e:
@@ -508,7 +543,9 @@ class RayActorPool:
                      for i in range(config.num_actors)]
     self._weights_ref = None
     self._version = -1
-    self._in_flight = {}
+    self._switch = actor_worker.TaskSwitch(
+        0, int(config.env_options.get('task', 0)), config.seed)
+    self._in_flight = {}  # Object ref -> (actor index, switch number).
     self.num_restarts = 0
     num = config.num_actors
     self._incarnations = [None] * num  # Of each actor's last unroll.
@@ -520,10 +557,18 @@ class RayActorPool:
     self._weights_ref = self._ray.put(weights)
     self._version = version
 
+  def switch_task(self, task: int, seed: int):
+    """Every actor plays task `task` (seeded from `seed`) from its next
+    unroll on; the unrolls asked for before are dropped when they come.
+    Publish the weights to act with first."""
+    self._switch = actor_worker.TaskSwitch(self._switch.number + 1,
+                                           int(task), int(seed))
+    self.config = actor_worker.switched_config(self.config, self._switch)
+
   def _submit(self, index):
     ref = self._workers[index].collect_with_incarnation.remote(
-        self._weights_ref, self._version)
-    self._in_flight[ref] = index
+        self._weights_ref, self._version, self._switch)
+    self._in_flight[ref] = (index, self._switch.number)
 
   def _count_restart(self, index, what):
     self.num_restarts += 1
@@ -546,7 +591,7 @@ class RayActorPool:
     """
     if self._weights_ref is None:
       raise RuntimeError('RayActorPool.get: publish weights first.')
-    busy = set(self._in_flight.values())
+    busy = {index for index, _ in self._in_flight.values()}
     now = time.monotonic()
     for index in range(len(self._workers)):
       if index not in busy and now >= self._retry_at[index]:
@@ -558,7 +603,7 @@ class RayActorPool:
                               timeout=timeout)
     if not ready:
       return None
-    index = self._in_flight.pop(ready[0])
+    index, number = self._in_flight.pop(ready[0])
     try:
       incarnation, result = self._ray.get(ready[0])
     except self._ray.exceptions.RayTaskError as e:
@@ -596,6 +641,8 @@ class RayActorPool:
     self._incarnations[index] = incarnation
     self._died[index] = self._unavailable[index] = False
     self._submit(index)
+    if number != self._switch.number:
+      return None  # Played before the last switch: dropped.
     return result
 
   def where(self, timeout: float = 300.0) -> list:
@@ -621,8 +668,9 @@ class RayActorPool:
       self._ray.shutdown()
 
 
-def make_pool(backend: str, config: ActorPoolConfig, weight_shapes,
-              ray_address: Optional[str] = None, ray_actor_resource: str = ''):
+def make_pool(backend: str, config: actor_worker.ActorPoolConfig,
+              weight_shapes, ray_address: Optional[str] = None,
+              ray_actor_resource: str = ''):
   if backend == 'local':
     return LocalActorPool(config, weight_shapes)
   if backend == 'inline':

@@ -19,13 +19,14 @@ from typing import Dict, List, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
+import tree
 
 from clear import checkpoint as checkpoint_lib
+from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
 from clear.continual import history as history_lib
 from clear.continual import metrics as continual_metrics
 from clear.continual import schedule as schedule_lib
-from clear.runtime import actor as actor_lib
 from clear.runtime import record as record_lib
 from clear.runtime import run_config as run_config_lib
 import envs
@@ -66,15 +67,19 @@ def ci95_half_width(returns) -> float:
 
 
 class Evaluator:
-  """Plays `num_episodes` episodes of every task of a sequence.
+  """Plays `num_episodes` episodes of every task of a sequence, together.
 
-  One batched env of `num_episodes` envs per distinct task (built once,
-  kept), each stepped by a `clear.runtime.actor.Actor` sharing `policy`. Every
-  evaluation starts fresh episodes (`Actor.reset`) and takes the first
-  episode of each env. The envs continue their seeded random streams
-  (Atari no-op starts, gym initial states) from one evaluation to the next
-  and the policy samples with its own seeded RNG, so the evaluations of a
-  run are deterministic given `seed`, the policy's seed and the weights.
+  Each distinct task has a batched env of `num_episodes` envs, built once
+  and kept. An evaluation starts a fresh episode in every env of every task
+  and steps them all together: one call of `policy.act` a step, on a batch
+  of every task's envs still playing their first episode, in sequence
+  order. An env stops once its first episode has ended (so short episodes
+  are not favoured, and no step is spent past it), and a task's rows leave
+  the batch once all its envs have stopped. The envs continue their seeded
+  random streams (Atari no-op starts, gym initial states) from one
+  evaluation to the next and the policy samples with its own seeded
+  generator, one draw a step, so the evaluations of a run are
+  deterministic given `seed`, the policy's seed and the weights.
 
   Args:
     env_name: the sequence name (or a single task's name).
@@ -86,9 +91,10 @@ class Evaluator:
     seed: seed of the first env of each task (envs seed, seed + 1, ...).
     max_steps: agent steps per env and evaluation after which unfinished
       episodes are cut and count with their partial return (a stuck
-      policy cannot hang the run); rounded up to whole unrolls. The
-      default is Atari's episode cap (108,000 frames at 4 frames a step).
-    unroll_length: T, steps per `Actor.collect`.
+      policy cannot hang the run); rounded up to a multiple of
+      `unroll_length`. The default is Atari's episode cap (108,000 frames
+      at 4 frames a step).
+    unroll_length: the step cap's granularity (see `max_steps`).
   """
 
   def __init__(self, env_name: str, env_options: dict, policy,
@@ -97,11 +103,13 @@ class Evaluator:
     positive_int = schedule_lib.positive_int
     self._num_episodes = positive_int('Evaluator: num_episodes',
                                       num_episodes)
-    self._max_steps = positive_int('Evaluator: max_steps', max_steps)
-    unroll_length = positive_int('Evaluator: unroll_length', unroll_length)
+    max_steps = positive_int('Evaluator: max_steps', max_steps)
+    unroll_length = min(max_steps, positive_int('Evaluator: unroll_length',
+                                                unroll_length))
+    self._max_steps = -(-max_steps // unroll_length) * unroll_length
     self._policy = policy
     names = multitask.split_sequence(env_name)
-    self._actors = {}
+    self._envs = {}
     try:
       for name in schedule_lib.unique_names(names):
         options = dict(env_options)
@@ -109,14 +117,15 @@ class Evaluator:
           options['task'] = names.index(name)
         env = envs.make(env_name, num_envs=self._num_episodes, seed=seed,
                         **options)
+        self._envs[name] = env
         if (env.spec.observation_spec != policy.spec.observation_spec or
             env.spec.action_spec != policy.spec.action_spec):
-          env.close()
           raise ValueError(f'Evaluator: the policy was built for '
                            f'{policy.spec.name!r}, whose spec differs from '
                            f'{env_name!r} task {name!r}.')
-        self._actors[name] = actor_lib.Actor(
-            env, policy, min(unroll_length, self._max_steps))
+        # Started once here: an evaluation's episodes are each env's
+        # second and later starts, as they have always been.
+        env.reset()
     except BaseException:
       self.close()
       raise
@@ -124,44 +133,75 @@ class Evaluator:
   @property
   def task_names(self) -> List[str]:
     """The distinct tasks, in sequence order."""
-    return list(self._actors)
+    return list(self._envs)
 
   def evaluate_tasks(self, weights=None) -> Dict[str, TaskEvaluation]:
     """Evaluates every task (after loading `weights` when given)."""
     if weights is not None:
       self._policy.set_weights(weights)
-    return {name: self._evaluate(name, actor)
-            for name, actor in self._actors.items()}
-
-  def _evaluate(self, name: str, actor) -> TaskEvaluation:
-    actor.reset()
+    names = self.task_names
     n = self._num_episodes
-    returns = np.zeros([n], np.float64)
-    finished = np.zeros([n], bool)
+    batched = [self._envs[name] for name in names]
+    # [K * n] rows: task k's envs at k * n ... (k + 1) * n - 1.
+    env_output = _concatenate([env.reset() for env in batched])
+    prev_action = policy_lib.zero_agent_output(self._policy.spec,
+                                               len(names) * n).action
+    state = self._policy.initial_state(len(names) * n)
+    returns = np.zeros([len(names), n], np.float32)
+    finished = np.zeros([len(names), n], bool)
+    num_steps = np.zeros([len(names)], np.int64)
+    playing = list(range(len(names)))  # Tasks in the batch, in row order.
     steps = 0
-    last_return = np.zeros([n], np.float64)
-    while not finished.all() and steps < self._max_steps:
-      outputs = actor.collect().unroll.env_outputs
-      done = outputs.done[1:]  # [T, B]; step 0 repeats the last unroll's.
-      episode_return = outputs.info.episode_return[1:]
-      for t in range(done.shape[0]):
-        first = done[t] & ~finished
-        returns[first] = episode_return[t, first]
-        finished |= first
-      last_return = episode_return[-1]
-      steps += done.shape[0]
-    unfinished = ~finished
-    returns[unfinished] = last_return[unfinished]
-    if unfinished.any():
-      logging.warning('Evaluator: %d of %d episodes of %s were cut after '
-                      '%d steps (max_steps); their partial returns count.',
-                      int(unfinished.sum()), n, name, steps)
-    return TaskEvaluation(returns, int(unfinished.sum()), steps)
+    while playing and steps < self._max_steps:
+      agent_output, state = self._policy.act(env_output, prev_action, state)
+      prev_action = agent_output.action
+      env_output = env_output._replace(
+          reward=np.zeros_like(env_output.reward))
+      for block, k in enumerate(playing):
+        for i in np.flatnonzero(~finished[k]):
+          row = block * n + i
+          transition = batched[k].envs[i].step(
+              {key: value[row] for key, value in prev_action.items()})
+          env_output.reward[row] = transition.reward
+          returns[k, i] += np.float32(transition.reward)
+          if transition.terminated or transition.truncated:
+            finished[k, i] = True
+          else:
+            for key, value in env_output.observation.items():
+              value[row] = transition.observation[key]
+      steps += 1
+      num_steps[playing] = steps
+      done = [block for block, k in enumerate(playing) if finished[k].all()]
+      if done:  # Whole tasks leave the batch.
+        keep = np.concatenate([np.arange(block * n, (block + 1) * n)
+                               for block in range(len(playing))
+                               if block not in done] or
+                              [np.zeros([0], np.int64)])
+        take = lambda x: x[keep]
+        env_output = tree.map_structure(take, env_output)
+        prev_action = tree.map_structure(take, prev_action)
+        state = tree.map_structure(take, state)
+        playing = [k for block, k in enumerate(playing) if block not in done]
+    results = {}
+    for k, name in enumerate(names):
+      unfinished = int((~finished[k]).sum())
+      if unfinished:
+        logging.warning('Evaluator: %d of %d episodes of %s were cut after '
+                        '%d steps (max_steps); their partial returns count.',
+                        unfinished, n, name, int(num_steps[k]))
+      results[name] = TaskEvaluation(returns[k].astype(np.float64),
+                                     unfinished, int(num_steps[k]))
+    return results
 
   def close(self):
-    for actor in self._actors.values():
-      actor.close()
-    self._actors = {}
+    for env in self._envs.values():
+      env.close()
+    self._envs = {}
+
+
+def _concatenate(outputs):
+  """`StepOutput`s of `[n, ...]` -> one of `[sum n, ...]` (new arrays)."""
+  return tree.map_structure(lambda *x: np.concatenate(x), *outputs)
 
 
 def write_eval_summaries(results: Dict[str, float], frames: int,
@@ -184,45 +224,70 @@ class PeriodicEvaluation:
   """Periodic evaluation of every task with the learner's current weights.
 
   Evaluation uses its own acting policy and envs (seeded apart from the
-  actors'), so it never changes what training sees.
+  actors'), so it never changes what training sees. Where it is played is
+  `evaluations`' choice (`clear.runtime.evaluation_process`): each
+  evaluation is asked for with the weights of the frames it is due at, and
+  recorded at those frames when it finishes. The final one is waited for.
 
   Args:
     run: the run (`clear.runtime.run_loop`'s state of one run): its config,
       policy, schedule, frames, `eval_history` and `eval_due`.
+    evaluations: a `LearnerEvaluations` or an `EvaluationProcess`, made
+      from `evaluator_config(run)`; closed by `finish`.
   """
 
-  def __init__(self, run):
-    config = run.config
+  # Evaluations asked for and not finished, past which the learner waits.
+  MAX_PENDING = 2
+
+  def __init__(self, run, evaluations):
     self._run = run
-    policy = registry.make_policy(config.algorithm, run.policy.spec,
-                                    config.agent_config,
-                                    seed=config.seed + 1)
-    self._evaluator = Evaluator(
-        config.env_name, config.env_options, policy,
-        num_episodes=config.eval_episodes, seed=config.seed + 104_729,
-        max_steps=config.eval_max_steps)
+    self._evaluations = evaluations
+    records = run.eval_history.records
+    self._asked = records[-1].frames if records else None
+    self.seconds = 0.0  # Spent playing evaluations, this session.
     if run.schedule is not None:
-      schedule_lib.write_tasks_json(config.logdir, run.schedule)
+      schedule_lib.write_tasks_json(run.config.logdir, run.schedule)
 
   def maybe_evaluate(self, force: bool = False):
+    """Records the evaluations that finished, and asks for one if it is
+    due (or `force`, for the final one: then waits for every one)."""
     run = self._run
-    done = len(run.eval_history) and (
-        run.eval_history.records[-1].frames == run.frames)
-    if done or not (force or run.eval_due()):
-      return
-    tasks = self._evaluator.evaluate_tasks(run.policy.evaluation_weights())
-    results = {name: task.mean_return for name, task in tasks.items()}
-    half_widths = {name: task.ci95_half_width for name, task in tasks.items()}
-    run.eval_history.append(run.frames, results)
-    write_eval_summaries(results, run.frames, half_widths)
-    logging.info('eval at %s frames: %s', f'{run.frames:,}', ', '.join(
-        f'{name} {results[name]:.1f} ± {half_widths[name]:.1f}'
-        for name in results))
+    self._record(self._evaluations.results())
+    if self._asked != run.frames and (force or run.eval_due(self._asked)):
+      if self._evaluations.num_pending >= self.MAX_PENDING:
+        self._record(self._evaluations.results(wait=1))
+      self._evaluations.request(run.frames, run.policy.evaluation_weights())
+      self._asked = run.frames
+    if force:
+      self._record(self._evaluations.results(
+          wait=self._evaluations.num_pending))
+
+  def _record(self, finished):
+    run = self._run
+    for evaluation in finished:
+      self.seconds += evaluation.seconds
+      tasks = evaluation.tasks
+      results = {name: task.mean_return for name, task in tasks.items()}
+      half_widths = {name: task.ci95_half_width
+                     for name, task in tasks.items()}
+      run.eval_history.append(evaluation.frames, results)
+      write_eval_summaries(results, evaluation.frames, half_widths)
+      tf.summary.scalar('runtime/eval_s', self.seconds,
+                        step=evaluation.frames)
+      logging.info('eval at %s frames (%.1f s): %s',
+                   f'{evaluation.frames:,}', evaluation.seconds, ', '.join(
+                       f'{name} {results[name]:.1f} ± '
+                       f'{half_widths[name]:.1f}' for name in results))
 
   def finish(self):
-    """Writes the continual-learning metrics of a task sequence."""
+    """Ends the evaluations (any not finished are abandoned, and said so)
+    and writes the continual-learning metrics of a task sequence."""
     run = self._run
-    self._evaluator.close()
+    if self._evaluations.num_pending:
+      logging.info('%d evaluation(s) not finished are abandoned; a resumed '
+                   'run evaluates at its start.',
+                   self._evaluations.num_pending)
+    self._evaluations.close()
     if run.schedule is None or not len(run.eval_history):
       return
     metrics = continual_metrics.forgetting_metrics(run.eval_history,

@@ -57,6 +57,9 @@ class RunConfig(NamedTuple):
       frames (0: only sequences evaluate, at each task's end).
     eval_episodes: episodes per task and evaluation.
     eval_max_steps: agent steps after which an evaluation episode is cut.
+    evaluator: where evaluations are played: 'learner', 'process' (one of
+      their own, beside the learner) or 'auto' (the learner with inline
+      actors, else a process; `clear.runtime.evaluation_process`).
   """
   env_name: str
   env_options: dict
@@ -88,6 +91,7 @@ class RunConfig(NamedTuple):
   eval_interval_frames: int = 0
   eval_episodes: int = 10
   eval_max_steps: int = 27_000
+  evaluator: str = 'auto'
 
 
 def env_spec(config: RunConfig):

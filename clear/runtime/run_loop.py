@@ -42,8 +42,10 @@ from clear.ops import transitions
 from clear.replay import buffer as replay_lib
 from clear.runtime import actor as actor_lib
 from clear.runtime import actor_pool as pool_lib
+from clear.runtime import actor_worker
 from clear.runtime import devices
 from clear.runtime import evaluation as evaluation_lib
+from clear.runtime import evaluation_process
 from clear.runtime import progress
 from clear.runtime import resources
 from clear.runtime import run_config as run_config_lib
@@ -306,12 +308,12 @@ class _Run:
       return self.config.env_name
     return self.schedule.task_name_at(self.frames)
 
-  def eval_due(self) -> bool:
-    """Whether the evaluation schedule asks for an evaluation now: first
-    at the start, then every `eval_interval_frames` and at each task end."""
-    if not len(self.eval_history):
+  def eval_due(self, last: Optional[int]) -> bool:
+    """Whether the evaluation schedule asks for an evaluation now, the
+    last one having been at `last` frames (None: none yet): first at the
+    start, then every `eval_interval_frames` and at each task end."""
+    if last is None:
       return True
-    last = self.eval_history.records[-1].frames
     due = []
     if self.config.eval_interval_frames:
       due.append(last + self.config.eval_interval_frames)
@@ -539,6 +541,24 @@ def train(config: run_config_lib.RunConfig,
       lock.release()
 
 
+def evaluator_config(run: _Run) -> evaluation_process.EvaluatorConfig:
+  """The run's evaluations: their own policy, seeded apart from the
+  actors', and envs."""
+  config = run.config
+  return evaluation_process.EvaluatorConfig(
+      algorithm=config.algorithm, spec=run.policy.spec,
+      agent_config=config.agent_config, policy_seed=config.seed + 1,
+      env_name=config.env_name, env_options=config.env_options,
+      num_episodes=config.eval_episodes, seed=config.seed + 104_729,
+      max_steps=config.eval_max_steps)
+
+
+def actor_seed_base(config: run_config_lib.RunConfig, version: int) -> int:
+  """The actors' base seed when they start (or switch task) after
+  `version` updates."""
+  return config.seed + 7919 * version
+
+
 def _train(config, stop_requested, max_updates, on_start, lock):
   """`train` on the learner's device, holding the logdir's `lock`."""
   start = time.monotonic()
@@ -548,14 +568,15 @@ def _train(config, stop_requested, max_updates, on_start, lock):
   memmap_existed = os.path.exists(memmap)
 
   def make_pool():
-    pool_config = pool_lib.ActorPoolConfig(
+    pool_config = actor_worker.ActorPoolConfig(
         env_name=config.env_name,
         env_options=run_config_lib.env_options_at(config, run.schedule,
                                                   run.frames),
         envs_per_actor=config.envs_per_actor, algorithm=config.algorithm,
         agent_config=continual_methods.actor_agent_config(config),
         unroll_length=lc.unroll_length,
-        num_actors=config.num_actors, seed=config.seed + 7919 * run.version,
+        num_actors=config.num_actors,
+        seed=actor_seed_base(config, run.version),
         max_restarts=config.max_actor_restarts)
     if run.schedule is not None:
       logging.info('Task %s from %s frames.', run.task_name,
@@ -609,7 +630,9 @@ def _train(config, stop_requested, max_updates, on_start, lock):
   memory = resources.MemoryWatch()
   try:
     if run.schedule is not None or config.eval_interval_frames:
-      evaluation = evaluation_lib.PeriodicEvaluation(run)
+      evaluation = evaluation_lib.PeriodicEvaluation(
+          run, evaluation_process.start(config.evaluator, config.backend,
+                                        evaluator_config(run)))
     _continue_actors(pool, run.actor_state)
     pool.publish(weights, run.version)
     frame_rate = progress.Rate(run.frames)
@@ -617,16 +640,22 @@ def _train(config, stop_requested, max_updates, on_start, lock):
     last_log = last_checkpoint = time.monotonic()
     logged_at = None  # (frames, updates) of the last progress line.
     task = run.task_name
+    # Seconds from each switch to the new task's first unroll, summed over
+    # this session's switches; when the last one was made, until then.
+    switch_s, switched_at = 0.0, None
     with writer.as_default():
       while run.frames < total:
         if evaluation is not None:
           evaluation.maybe_evaluate()
         ended = run.end_task()  # Before the next task's unrolls arrive.
         if run.task_name != task:  # The sequence moves on.
-          pool.close()
-          pool = make_pool()
+          switched_at = time.monotonic()
+          # The weights first: an actor loads them as it switches.
           pool.publish(run.policy.get_weights(), run.version)
+          pool.switch_task(run.schedule.task_at(run.frames),
+                           actor_seed_base(config, run.version))
           task = run.task_name
+          logging.info('Task %s from %s frames.', task, f'{run.frames:,}')
         elif ended:  # Resumed at a switch: acting weights it may change.
           pool.publish(run.policy.get_weights(), run.version)
         if stop_requested() or (max_updates is not None and
@@ -641,6 +670,11 @@ def _train(config, stop_requested, max_updates, on_start, lock):
             continue  # Nothing new to log or save.
           episodes = run.accept(trajectories)
           write_episode_summaries(task, episodes, run.frames)
+          if switched_at is not None:  # The new task's first unroll.
+            switch_s += time.monotonic() - switched_at
+            switched_at = None
+            tf.summary.scalar('runtime/task_switch_s', switch_s,
+                              step=run.frames)
         else:
           stats = run.update()
           if stats is not None:

@@ -22,6 +22,11 @@ from clear.continual import ewc
 from clear.replay import buffer as replay_lib
 
 
+def _tensor_spec(x):
+  return None if x is None else tf.TensorSpec(np.shape(x),
+                                              tf.as_dtype(np.asarray(x).dtype))
+
+
 class ImpalaPolicy(policy_lib.Policy):
   """IMPALA with CLEAR replay over an `agents` recurrent agent.
 
@@ -52,6 +57,7 @@ class ImpalaPolicy(policy_lib.Policy):
     # make_agent built the weights. The agent's maths has no Python control
     # flow on tensors, so AutoGraph has nothing to convert.
     self._step = tf.function(self.agent.step, autograph=False)
+    self._acting_steps = {}  # Batch size -> `_step`'s concrete function.
     self.learner = None
     self.fisher_buffer = None  # The unrolls EWC's next Fisher is drawn from.
     self._seed = seed
@@ -78,7 +84,19 @@ class ImpalaPolicy(policy_lib.Policy):
     return policy_lib.to_numpy(self.agent.initial_state(batch_size))
 
   def act(self, env_output, prev_action, state):
-    output, state = self._step(env_output, prev_action, state)
+    # The agent reads neither `info` nor `truncated`: fewer inputs make
+    # each call cheaper, and so does calling the step's concrete function
+    # for this batch size (traced once) rather than matching the inputs'
+    # types at every call.
+    inputs = (env_output._replace(info=None, truncated=None), prev_action,
+              state)
+    batch_size = np.shape(env_output.reward)[0]
+    step = self._acting_steps.get(batch_size)
+    if step is None:
+      step = self._step.get_concrete_function(
+          *tree.map_structure(_tensor_spec, inputs))
+      self._acting_steps[batch_size] = step
+    output, state = step(*inputs)
     return policy_lib.to_numpy(output), policy_lib.to_numpy(state)
 
   def acting_variables(self):

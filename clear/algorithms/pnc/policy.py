@@ -78,6 +78,7 @@ class PncPolicy(impala_policy.ImpalaPolicy):
     self._agent_config = agent_config
     self.agent = make_agent(spec, agent_config, seed)
     self._step = tf.function(self.agent.step, autograph=False)
+    self._acting_steps = {}  # Batch size -> `_step`'s concrete function.
     self.learner = None
     self.fisher_buffer = None  # The task's unrolls for the KB's Fisher.
     self._seed = seed
@@ -89,6 +90,10 @@ class PncPolicy(impala_policy.ImpalaPolicy):
   def acting_variables(self):
     return (self.agent.knowledge_base_variables +
             self.agent.active_variables)
+
+  def reseed_sampling(self, seed: int):
+    # `make_agent` seeds the sampling generator as the first active column.
+    self.agent.rng.reset_from_seed(pnc_agents.active_column_seed(seed, 0))
 
   def evaluation_weights(self):
     """The knowledge base's weights, in a plain agent's order."""

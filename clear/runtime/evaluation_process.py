@@ -1,0 +1,271 @@
+"""Where a training run's evaluations are played: in the learner, or in a
+process of their own beside it.
+
+The run loop starts one of two kinds with `start`, and
+`clear.runtime.evaluation.PeriodicEvaluation` makes the same calls of each:
+`request(frames, weights)` asks for an evaluation of `weights` (the
+learner's at `frames`), `results(wait)` returns the finished ones in the
+order asked, `num_pending` counts the unfinished, and `close()` ends it.
+
+- `LearnerEvaluations`: the learner plays the evaluation at once, while the
+  actors wait. One TensorFlow runtime, and a seeded inline run stays
+  reproducible step for step, its checkpoints included.
+- `EvaluationProcess`: one process (spawned like the actors, without GPUs
+  and ignoring SIGINT) plays the evaluations, one after another, at a
+  lower CPU priority (`NICENESS`), while the learner and the actors go on
+  training. Each evaluation plays the weights it was asked with, so its
+  returns are those `LearnerEvaluations` would give; only the wall-clock
+  time they arrive at differs. It costs one more TensorFlow runtime (a few
+  hundred MB).
+
+Training leaves CPU idle that evaluations can use: on the 2-core machine a
+MinAtar run's actor and learner keep about 1.5 cores busy, and an
+evaluation is a single-threaded loop of env steps and small forward
+passes. docs/performance.md has the measured cost of each kind.
+"""
+
+import collections
+import logging
+import multiprocessing as mp
+import os
+import signal
+import time
+from typing import Dict, List, NamedTuple
+
+from clear import types
+from clear.algorithms import policy as policy_lib
+from clear.algorithms import registry
+from clear.runtime import actor_pool
+from clear.runtime import devices
+from clear.runtime import evaluation
+
+KINDS = ('auto', 'learner', 'process')
+# Restarts of a dead evaluation process before the run stops.
+MAX_RESTARTS = 3
+# The evaluation process's `nice` increment: training keeps the CPU it
+# uses, and evaluations take what it leaves idle.
+NICENESS = 19
+
+
+class EvaluatorConfig(NamedTuple):
+  """How to build the evaluation policy and its `Evaluator`; picklable.
+
+  Attributes:
+    algorithm: `registry.ALGORITHMS` key.
+    spec: the env's (or sequence's union) `EnvSpec`.
+    agent_config: `policy.AgentConfig` of the acting policy.
+    policy_seed: seeds the policy's sampling.
+    env_name, env_options, num_episodes, seed, max_steps: the `Evaluator`'s.
+  """
+  algorithm: str
+  spec: types.EnvSpec
+  agent_config: policy_lib.AgentConfig
+  policy_seed: int
+  env_name: str
+  env_options: dict
+  num_episodes: int
+  seed: int
+  max_steps: int
+
+
+class Finished(NamedTuple):
+  """A finished evaluation: the frames it was asked at, each task's
+  `evaluation.TaskEvaluation`, and the seconds it took to play."""
+  frames: int
+  tasks: Dict[str, object]
+  seconds: float
+
+
+def make_evaluator(config: EvaluatorConfig) -> evaluation.Evaluator:
+  """The `evaluation.Evaluator` of `config`, with its own acting policy."""
+  policy = registry.make_policy(config.algorithm, config.spec,
+                                config.agent_config,
+                                seed=config.policy_seed)
+  return evaluation.Evaluator(
+      config.env_name, config.env_options, policy,
+      num_episodes=config.num_episodes, seed=config.seed,
+      max_steps=config.max_steps)
+
+
+def use_process(kind: str, backend: str) -> bool:
+  """Whether evaluations of `kind` ('auto' picks from the actors'
+  `backend`) run in their own process: 'auto' keeps an inline run in one
+  process, and moves them out of the learner for the others."""
+  if kind not in KINDS:
+    raise ValueError(f'evaluator must be one of {KINDS}, got {kind!r}.')
+  if kind == 'auto':
+    return backend != 'inline'
+  return kind == 'process'
+
+
+class LearnerEvaluations:
+  """Evaluations played by the learner as they are asked for."""
+
+  def __init__(self, config: EvaluatorConfig):
+    self._evaluator = make_evaluator(config)
+    self._finished = collections.deque()
+
+  @property
+  def num_pending(self) -> int:
+    return 0
+
+  def request(self, frames: int, weights):
+    start = time.monotonic()
+    tasks = self._evaluator.evaluate_tasks(weights)
+    self._finished.append(Finished(frames, tasks, time.monotonic() - start))
+
+  def results(self, wait: int = 0) -> List[Finished]:
+    del wait  # Every evaluation finished when it was asked for.
+    finished = list(self._finished)
+    self._finished.clear()
+    return finished
+
+  def close(self):
+    self._evaluator.close()
+
+
+def _evaluation_process(config: EvaluatorConfig, connection):
+  """Body of the evaluation process: plays each evaluation asked for, in
+  order, until told to stop or its pipe closes."""
+  signal.signal(signal.SIGINT, signal.SIG_IGN)  # The learner decides.
+  os.nice(NICENESS)
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+  devices.hide_accelerators()
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.config.threading.set_intra_op_parallelism_threads(1)
+  tf.config.threading.set_inter_op_parallelism_threads(1)
+  try:
+    evaluator = make_evaluator(config)
+  except Exception as e:  # pylint: disable=broad-except
+    connection.send(('error', f'{type(e).__name__}: {e}'))
+    try:  # Until the learner, told, closes the pipe.
+      while connection.recv() is not None:
+        pass
+    except (EOFError, OSError):
+      pass
+    return
+  try:
+    while True:
+      message = connection.recv()
+      if message is None:
+        break
+      frames, weights = message
+      start = time.monotonic()
+      tasks = evaluator.evaluate_tasks(weights)
+      connection.send(('finished', Finished(frames, tasks,
+                                            time.monotonic() - start)))
+  except (KeyboardInterrupt, BrokenPipeError, EOFError, OSError):
+    pass  # The learner closed the pipe.
+  finally:
+    evaluator.close()
+
+
+class EvaluationProcess:
+  """Evaluations played by a process of their own (see the module
+  docstring). A process that dies is started again, and the evaluations it
+  had not finished are asked for again, up to `MAX_RESTARTS` times.
+
+  Raises (from any call):
+    RuntimeError: the evaluator cannot be built (a message naming why), or
+      the process died more than `MAX_RESTARTS` times.
+  """
+
+  def __init__(self, config: EvaluatorConfig):
+    self._config = config
+    self._ctx = mp.get_context('spawn')
+    self._pending = collections.deque()  # (frames, weights) asked, unplayed.
+    self.num_restarts = 0
+    self._process = self._connection = None
+    self._start()
+
+  def _start(self):
+    parent, child = self._ctx.Pipe()
+    self._process = self._ctx.Process(
+        target=_evaluation_process, args=(self._config, child),
+        name='clear-evaluator', daemon=True)
+    with actor_pool.children_ignore_sigint(), devices.children_see_no_gpu():
+      self._process.start()
+    child.close()
+    self._connection = parent
+    try:
+      for frames, weights in self._pending:
+        self._connection.send((frames, weights))
+    except (BrokenPipeError, OSError):
+      pass  # Died at once: `results` finds it and starts it again.
+
+  @property
+  def num_pending(self) -> int:
+    return len(self._pending)
+
+  @property
+  def pid(self) -> int:
+    return self._process.pid
+
+  def request(self, frames: int, weights):
+    self._pending.append((frames, weights))
+    try:
+      self._connection.send((frames, weights))
+    except (BrokenPipeError, OSError):
+      self._restart('its pipe broke')
+
+  def _restart(self, reason: str):
+    self._process.join(1)
+    if self._process.is_alive():
+      self._process.kill()
+      self._process.join()
+    self._connection.close()
+    self.num_restarts += 1
+    if self.num_restarts > MAX_RESTARTS:
+      raise RuntimeError(
+          f'The evaluation process died {self.num_restarts} times (last: '
+          f'{reason}, exit code {self._process.exitcode}); see the log '
+          'above.')
+    logging.warning('The evaluation process died (%s, exit code %s); '
+                    'restarted, %d evaluations asked again.', reason,
+                    self._process.exitcode, len(self._pending))
+    self._start()
+
+  def results(self, wait: int = 0) -> List[Finished]:
+    """The finished evaluations, in the order asked; waits until at least
+    `wait` have finished (or none is pending)."""
+    finished = []
+    while self._pending:
+      must_wait = len(finished) < wait
+      try:
+        if not self._connection.poll(1.0 if must_wait else 0):
+          if not self._process.is_alive() and not self._connection.poll():
+            self._restart('it exited')
+          if must_wait:
+            continue
+          break
+        kind, payload = self._connection.recv()
+      except (EOFError, OSError):
+        self._restart('its pipe closed')
+        continue
+      if kind == 'error':
+        raise RuntimeError(f'The evaluator cannot be built: {payload}')
+      self._pending.popleft()
+      finished.append(payload)
+    return finished
+
+  def close(self):
+    """Ends the process; evaluations not finished are abandoned (one being
+    played is not waited for)."""
+    if self._pending:
+      self._process.terminate()
+    try:
+      self._connection.send(None)
+    except (BrokenPipeError, OSError):
+      pass
+    self._process.join(10)
+    if self._process.is_alive():
+      self._process.kill()
+      self._process.join()
+    self._connection.close()
+
+
+def start(kind: str, backend: str, config: EvaluatorConfig):
+  """`EvaluationProcess` or `LearnerEvaluations`, as `use_process` says."""
+  if use_process(kind, backend):
+    return EvaluationProcess(config)
+  return LearnerEvaluations(config)

@@ -1,0 +1,119 @@
+"""Evaluations in a process of their own give the returns the learner's
+would, in the order asked, and survive the process's death."""
+
+import os
+import signal
+
+import numpy as np
+import psutil
+import pytest
+
+from clear.algorithms import policy as policy_lib
+from clear.algorithms import registry
+from clear.runtime import evaluation_process
+import envs
+
+SEQUENCE = 'gym:CartPole-v1,gym:Acrobot-v1'
+
+
+def evaluator_config(**kwargs):
+  env = envs.make(SEQUENCE, task=0)
+  spec = env.spec
+  env.close()
+  return evaluation_process.EvaluatorConfig(**{
+      'algorithm': 'impala', 'spec': spec,
+      'agent_config': policy_lib.AgentConfig('mlp', 8), 'policy_seed': 4,
+      'env_name': SEQUENCE, 'env_options': {}, 'num_episodes': 3, 'seed': 9,
+      'max_steps': 60, **kwargs})
+
+
+def weights_list(config, count):
+  """`count` different sets of acting weights for `config`'s policy."""
+  policy = registry.make_policy('impala', config.spec, config.agent_config,
+                                seed=1)
+  return [[w * (1.0 + 0.5 * i) for w in policy.get_weights()]
+          for i in range(count)]
+
+
+def returns_of(finished):
+  return [(f.frames, {name: task.returns.tolist()
+                      for name, task in f.tasks.items()}) for f in finished]
+
+
+def test_a_process_evaluates_as_the_learner_would_in_the_order_asked():
+  config = evaluator_config()
+  weights = weights_list(config, 3)
+  learner = evaluation_process.LearnerEvaluations(config)
+  for frames, w in zip((0, 100, 250), weights):
+    learner.request(frames, w)
+  expected = returns_of(learner.results())
+  learner.close()
+  process = evaluation_process.EvaluationProcess(config)
+  try:
+    for frames, w in zip((0, 100, 250), weights):
+      process.request(frames, w)
+    assert process.num_pending == 3
+    finished = process.results(wait=3)
+    assert process.num_pending == 0 and process.results() == []
+  finally:
+    process.close()
+  assert [f for f, _ in expected] == [0, 100, 250]
+  assert returns_of(finished) == expected
+  assert all(f.seconds > 0 for f in finished)
+
+
+def test_a_dead_evaluation_process_is_restarted_and_asked_again():
+  config = evaluator_config()
+  weights = weights_list(config, 2)
+  # What a fresh evaluator gives for the second weights alone.
+  learner = evaluation_process.LearnerEvaluations(config)
+  learner.request(100, weights[1])
+  expected = returns_of(learner.results())
+  learner.close()
+  process = evaluation_process.EvaluationProcess(config)
+  try:
+    process.request(0, weights[0])
+    assert [f.frames for f in process.results(wait=1)] == [0]
+    first = process.pid
+    process.request(100, weights[1])
+    # Killed as it starts to play (an evaluation takes a good part of a
+    # second): the next process plays it again, seeded as the first was.
+    os.kill(first, signal.SIGKILL)
+    psutil.Process(first).wait(10)
+    finished = process.results(wait=1)
+    assert process.num_restarts == 1 and process.pid != first
+  finally:
+    process.close()
+  assert returns_of(finished) == expected
+
+
+def test_an_evaluator_that_cannot_be_built_is_one_clear_error():
+  config = evaluator_config(env_name='gym:Pendulum-v1')
+  process = evaluation_process.EvaluationProcess(config)
+  try:
+    process.request(0, weights_list(config, 1)[0])
+    with pytest.raises(RuntimeError, match='cannot be built.*spec differs'):
+      process.results(wait=1)
+  finally:
+    process.close()
+
+
+@pytest.mark.parametrize('kind,backend,expected', [
+    ('auto', 'inline', False), ('auto', 'local', True), ('auto', 'ray', True),
+    ('learner', 'local', False), ('process', 'inline', True)])
+def test_where_evaluations_run(kind, backend, expected):
+  assert evaluation_process.use_process(kind, backend) is expected
+
+
+def test_learner_evaluations_are_played_when_asked():
+  config = evaluator_config()
+  learner = evaluation_process.LearnerEvaluations(config)
+  try:
+    learner.request(7, weights_list(config, 1)[0])
+    assert learner.num_pending == 0
+    (finished,) = learner.results()
+    assert finished.frames == 7 and set(finished.tasks) == set(
+        SEQUENCE.split(','))
+    assert np.all(finished.tasks['gym:Acrobot-v1'].returns == -60.0)
+  finally:
+    learner.close()
