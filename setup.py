@@ -28,6 +28,9 @@ INSTALL_REQUIRES = [
     'pysc2==4.0.0',  # imported through envs.pysc2_compat
     's2clientprotocol>=5.0,<6',
     'psutil>=5.9,<8',
+    # Student t quantiles (clear.continual.seed_stats), trimmed means
+    # (clear.continual.aggregate).
+    'scipy>=1.11,<2',
 ]
 
 # MinAtar's games need only numpy, but the package declares matplotlib,
@@ -37,12 +40,20 @@ MINATAR_REQUIRES = ['minatar>=1.0.15,<1.1']
 
 PLOT_REQUIRES = ['matplotlib>=3.8,<4', 'pillow>=10,<14']
 
+RAY_REQUIRES = ['ray>=2.60,<2.61']
+
 EXTRAS_REQUIRE = {
-    'ray': ['ray>=2.60,<2.61'],
+    'ray': RAY_REQUIRES,
     # The tests render figures, record GIFs and play MinAtar too, so they
     # need the plot and minatar extras' packages.
     'test': ['pytest>=8,<10', 'pytest-xdist>=3.5,<4', *PLOT_REQUIRES,
              *MINATAR_REQUIRES],
+    # python -m clear.study runs its runs on Ray and draws figures. Its
+    # aggregates
+    # (clear.continual.aggregate) are rliable's statistics written on
+    # numpy and scipy: rliable 1.2 needs arch < 8, and arch 7 fails to
+    # import with pandas 3.
+    'study': [*RAY_REQUIRES, *PLOT_REQUIRES],
     # Figures (clear.plot) and GIFs of episodes (--record).
     'plot': PLOT_REQUIRES,
     'minatar': MINATAR_REQUIRES,

@@ -132,9 +132,11 @@ ATARI_SEQUENCE_FLAGS = [
 # per game, flags of the sequence run alone: its flagfile's evaluations,
 # every task evaluated at the start, every interval, at each switch and at
 # the end). The visits are shorter than the flagfiles' (1M and 2M frames).
+# MinAtar's are a multiple of its evaluation interval, as the flagfile's
+# are, so that it evaluates as often per frame as the flagfile does.
 SEQUENCES = {
     'minatar_sequence': (
-        'minatar', MINATAR_GAMES, ['--replay_proportion=0.5'], 400_000,
+        'minatar', MINATAR_GAMES, ['--replay_proportion=0.5'], 500_000,
         20_000, ['--eval_interval_frames=250000', '--eval_episodes=20']),
     'atari_sequence': (
         'atari', ATARI_GAMES, ATARI_SEQUENCE_FLAGS, 300_000, 20_000,

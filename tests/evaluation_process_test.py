@@ -62,6 +62,21 @@ def test_a_process_evaluates_as_the_learner_would_in_the_order_asked():
   assert all(f.seconds > 0 for f in finished)
 
 
+@pytest.mark.skipif(not hasattr(os, 'SCHED_IDLE'), reason='Linux only')
+def test_the_evaluation_process_runs_only_on_idle_cpu():
+  process = evaluation_process.EvaluationProcess(evaluator_config())
+  try:
+    process.request(0, weights_list(evaluator_config(), 1)[0])
+    process.results(wait=1)  # Built and played: its threads exist.
+    threads = psutil.Process(process.pid).threads()
+    assert len(threads) > 1
+    # Every thread, TensorFlow's included, is in the idle class.
+    assert {os.sched_getscheduler(t.id) for t in threads} == {os.SCHED_IDLE}
+  finally:
+    process.close()
+  assert os.sched_getscheduler(0) == os.SCHED_OTHER  # Not the learner.
+
+
 def test_a_dead_evaluation_process_is_restarted_and_asked_again():
   config = evaluator_config()
   weights = weights_list(config, 2)

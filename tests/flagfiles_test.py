@@ -22,6 +22,7 @@ from clear import train
 from clear.cli import configs
 from clear.cli import defaults
 from clear.cli import validation
+from clear.study import spec as study_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, 'results')
@@ -91,6 +92,14 @@ def test_every_flagfile_is_on_a_page_and_every_page_names_real_ones():
       assert os.path.isfile(os.path.join(ROOT, name)), (
           f'{relative(page)} names {name}, which does not exist.')
       cited.add(name)
+    # A study file on the page gives the commands of its flagfiles.
+    for name in re.findall(r'clear\.study run (results/[\w./-]+\.toml)',
+                           text):
+      study = study_spec.load(os.path.join(ROOT, name))  # Files exist.
+      for run in study.runs:
+        for flag in run.flags:
+          if flag.startswith('--flagfile='):
+            cited.add(relative(flag[len('--flagfile='):]))
   unused = {relative(p) for p in FLAGFILES} - cited
   assert not unused, f'no results page gives the command of {sorted(unused)}'
 

@@ -8,9 +8,8 @@ distribution with n - 1 degrees of freedom (n seeds):
 
   mean +- t_{0.975, n-1} s / sqrt(n),   s the sample standard deviation
 
-(no interval with one seed). `t_quantile` computes the t quantile itself
-(the exact t CDF for whole degrees of freedom, inverted by bisection), so
-no statistics package is needed.
+(no interval with one seed); `t_quantile` is scipy's `stats.t.ppf` with
+the arguments checked.
 
 `mean_curve` averages the seeds' evaluation curves of one task for
 `clear.plot --group_seeds`; `seed_table` / `table_markdown` make the
@@ -24,6 +23,7 @@ import re
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
+from scipy import stats
 
 from clear.continual import metrics as continual_metrics
 
@@ -79,52 +79,17 @@ def _check_dof(dof) -> int:
   return int(dof)
 
 
-def t_within(t: float, dof: int) -> float:
-  """P(|T| <= t) for Student's T with `dof` (whole) degrees of freedom.
-
-  With theta = atan(t / sqrt(dof)), c = cos(theta), the closed forms are
-  (odd dof) 2 / pi (theta + sin(theta) (c + 2/3 c^3 + 2*4/(3*5) c^5 + ...))
-  and (even dof) sin(theta) (1 + 1/2 c^2 + 1*3/(2*4) c^4 + ...), each sum
-  running to the power dof - 2.
-  """
-  dof = _check_dof(dof)
-  theta = math.atan(abs(t) / math.sqrt(dof))
-  c2 = math.cos(theta) ** 2
-  if dof % 2:
-    term, total = math.cos(theta), 0.0
-    for j in range(1, (dof - 1) // 2 + 1):
-      total += term
-      term *= c2 * (2 * j) / (2 * j + 1)
-    return 2 / math.pi * (theta + math.sin(theta) * total)
-  term, total = 1.0, 0.0
-  for j in range(1, dof // 2 + 1):
-    total += term
-    term *= c2 * (2 * j - 1) / (2 * j)
-  return math.sin(theta) * total
-
-
 def t_quantile(p: float, dof: int) -> float:
   """The p-quantile of Student's t with `dof` (whole) degrees of freedom
-  (bisection on `t_within`, to about 1e-12 relative)."""
+  (`scipy.stats.t.ppf`).
+
+  Raises:
+    ValueError: `dof` not an int >= 1, or `p` not in (0, 1).
+  """
   dof = _check_dof(dof)
   if not 0 < p < 1:
     raise ValueError(f't_quantile: p must be in (0, 1), got {p}.')
-  if p == 0.5:
-    return 0.0
-  target = abs(2 * p - 1)
-  low, high = 0.0, 1.0
-  while t_within(high, dof) < target:
-    low, high = high, 2 * high
-  for _ in range(200):
-    middle = (low + high) / 2
-    if t_within(middle, dof) < target:
-      low = middle
-    else:
-      high = middle
-    if high - low <= 1e-13 * high:
-      break
-  t = (low + high) / 2
-  return t if p > 0.5 else -t
+  return float(stats.t.ppf(p, dof))
 
 
 class Interval(NamedTuple):
