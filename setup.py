@@ -42,12 +42,17 @@ PLOT_REQUIRES = ['matplotlib>=3.8,<4', 'pillow>=10,<14']
 
 RAY_REQUIRES = ['ray>=2.60,<2.61']
 
+# A minor version of ruff may add checks: pinned, so CI's lint is stable.
+LINT_REQUIRES = ['ruff>=0.17,<0.18']
+
 EXTRAS_REQUIRE = {
     'ray': RAY_REQUIRES,
     # The tests render figures, record GIFs and play MinAtar too, so they
     # need the plot and minatar extras' packages.
-    'test': ['pytest>=8,<10', 'pytest-xdist>=3.5,<4', *PLOT_REQUIRES,
-             *MINATAR_REQUIRES],
+    'test': ['pytest>=8,<10', 'pytest-xdist>=3.5,<4', *LINT_REQUIRES,
+             *PLOT_REQUIRES, *MINATAR_REQUIRES],
+    # The lint step of .ci/run (ruff.toml).
+    'lint': LINT_REQUIRES,
     # python -m clear.study runs its runs on Ray and draws figures. Its
     # aggregates
     # (clear.continual.aggregate) are rliable's statistics written on

@@ -11,9 +11,10 @@ process tree, CPU time of the run, mean policy lag and the replay share.
   python -m benchmarks.train                  # CartPole and Pong, replay 0/50%
   python -m benchmarks.train --cases=cartpole_clear --quick
   python -m benchmarks.train --cases=ppg_cartpole,sac_pendulum,ddpg_pendulum
-  python -m benchmarks.train --cases=minatar_breakout_clear,minatar_space_invaders_clear
-  python -m benchmarks.train --cases=pong_clear_5m_buffer  # fills 62,500 unrolls
-  python -m benchmarks.train --cases=pong_clear --frames=1200000  # 800k buffer full
+  python -m benchmarks.train \
+      --cases=minatar_breakout_clear,minatar_space_invaders_clear
+  python -m benchmarks.train --cases=pong_clear_5m_buffer  # 62,500 unrolls
+  python -m benchmarks.train --cases=pong_clear --frames=1200000  # 800k full
   python -m benchmarks.train --cases=minatar_sequence  # and each game alone
   python -m benchmarks.train --cases=atari_sequence    # and each game alone
 
@@ -72,20 +73,19 @@ CASES = {
     'pong_clear': (['--env=atari:Pong', '--replay_proportion=0.5'],
                    300_000, 20_000, 18.0),
     # The Atari defaults before the torso's layer norm and lr 1e-3
-    # (2026-11-26): the speed requirement of issue 14 compares against them.
+    # (2026-11-26), to time the current defaults against.
     'pong_clear_before_layer_norm': (
         ['--env=atari:Pong', '--replay_proportion=0.5', '--learning_rate=6e-4',
          '--torso_norm=none'], 300_000, 20_000, 18.0),
-    # The batch-16 lead of issue 14 (twice the updates per frame).
+    # Batches of 16 (twice the updates per frame).
     'pong_clear_batch16': (['--env=atari:Pong', '--replay_proportion=0.5',
                             '--batch_size=16'], 300_000, 20_000, 18.0),
-    # The batch-64 lead of issue 14 (half the updates per frame, each twice
-    # as large), timed back to back with the batch-32 defaults of the time;
-    # the Atari default since 2026-11-28, so now the same run as pong_clear.
+    # Batches of 64 (half the updates per frame, each twice as large): the
+    # Atari default, so the same run as pong_clear.
     'pong_clear_batch64': (['--env=atari:Pong', '--replay_proportion=0.5',
                             '--batch_size=64'], 300_000, 20_000, 18.0),
-    # The Atari defaults before 2026-11-28 (batches of 32): the speed
-    # requirement of issue 14 compares the new defaults against them.
+    # The Atari defaults before 2026-11-28 (batches of 32), to time the
+    # current defaults against.
     'pong_clear_batch32': (['--env=atari:Pong', '--replay_proportion=0.5',
                             '--batch_size=32'], 300_000, 20_000, 18.0),
     # The CLEAR paper's 5M-frame buffer (62,500 Pong unrolls of 80 frames),

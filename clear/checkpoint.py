@@ -1,4 +1,5 @@
-"""Checkpoints: `tf.train.Checkpoint` files, written atomically, restored strictly.
+"""Checkpoints: `tf.train.Checkpoint` files, written atomically, restored
+strictly.
 
 A run's checkpoint holds every trackable the algorithm names (weights,
 optimizer slots, counters, learning rate, the agent's sampling RNG) plus the

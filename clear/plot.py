@@ -778,8 +778,8 @@ def main(argv):
       print(json.dumps(summary, indent=1))
       print(f'Wrote {f.summary_out}')
     if f.out:
-      max_frames = (_frame_counts([f.max_frames], '--max_frames')[0] if f.max_frames
-                    else None)
+      max_frames = (_frame_counts([f.max_frames], '--max_frames')[0]
+                    if f.max_frames else None)
       written = plot_runs(runs, f.out, f.smoothing, f.dpi, references,
                           baselines, f.training_panel, max_frames,
                           f.group_seeds)

@@ -1,4 +1,5 @@
-"""The structures that flow between environments, agents, actors, replay and learner.
+"""The structures that flow between environments, agents, actors, replay and
+learner.
 
 Every component uses these exact types, so data moves one way without
 repacking. All arrays are batched: an environment step returns `[B, ...]`

@@ -14,8 +14,8 @@ from envs.recovery import CrashRecoveryEnv
 from envs.recovery import EnvCrashError
 from envs.single import SnapshotUnsupported
 
-__all__ = ['BatchedEnv', 'CrashRecoveryEnv', 'EnvCrashError', 'SnapshotUnsupported',
-           'make']
+__all__ = ['BatchedEnv', 'CrashRecoveryEnv', 'EnvCrashError',
+           'SnapshotUnsupported', 'make']
 
 
 def make(name: str, num_envs: int = 1, seed: int = 0,

@@ -181,7 +181,8 @@ class GymEnv(single.SingleEnv):
     targets = list(self._layers())
     if len(layers) != len(targets):
       raise ValueError(f'{self._spec.name}: the saved state has '
-                       f'{len(layers)} wrapper layers, this env {len(targets)}.')
+                       f'{len(layers)} wrapper layers, this env '
+                       f'{len(targets)}.')
     for layer, attributes in zip(targets, layers):
       for name, encoded in attributes.items():
         setattr(layer, name, _decode_attribute(encoded))

@@ -159,7 +159,7 @@ def game_module(gid: str) -> py_types.ModuleType:
                                  f'{game_id(gid)}')
 
 
-# --- Snapshots: a game's attributes as typed JSON ------------------------------
+# --- Snapshots: a game's attributes as typed JSON ---------------------------
 
 
 def _encode(value, where: str):

@@ -23,7 +23,7 @@ raises one of `CRASH_EXCEPTIONS` (option `max_env_failures`).
 import difflib
 import os
 
-from envs import pysc2_compat  # pylint: disable=unused-import  # Before pysc2.
+from envs import pysc2_compat  # noqa: F401  # pylint: disable=unused-import  # Before pysc2.
 from absl import flags
 from pysc2 import maps
 from pysc2.env import sc2_env

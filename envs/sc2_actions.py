@@ -11,7 +11,7 @@ the chosen function takes.
 
 import collections
 
-from envs import pysc2_compat  # pylint: disable=unused-import  # Before pysc2.
+from envs import pysc2_compat  # noqa: F401  # pylint: disable=unused-import  # Before pysc2.
 from pysc2.lib import actions
 
 from clear import types

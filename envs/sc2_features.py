@@ -18,7 +18,7 @@ Output entries (S = screen size, M = minimap size):
 import collections
 import math
 
-from envs import pysc2_compat  # pylint: disable=unused-import  # Before pysc2.
+from envs import pysc2_compat  # noqa: F401  # pylint: disable=unused-import  # Before pysc2.
 import numpy as np
 from pysc2.lib import actions
 from pysc2.lib import features

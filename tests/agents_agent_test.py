@@ -242,7 +242,7 @@ def test_gradients_reach_every_variable_through_unroll():
   with tf.GradientTape() as tape:
     out, _ = agent.unroll(prev_actions, env_outputs, agent.initial_state(B))
     loss = tf.reduce_sum(out.baseline ** 2) + sum(
-        tf.reduce_sum(tf.nn.softmax(l) * l) for l in out.logits.values())
+        tf.reduce_sum(tf.nn.softmax(x) * x) for x in out.logits.values())
   grads = tape.gradient(loss, agent.trainable_variables)
   missing = [v.name for v, g in zip(agent.trainable_variables, grads)
              if g is None]
@@ -264,8 +264,8 @@ def test_separate_critic_variables(family):
   with tf.GradientTape(persistent=True) as tape:
     out, _ = agent.unroll(prev_actions, env_outputs, _random_state(agent))
     baseline = tf.reduce_sum(out.baseline)
-    logits = sum(tf.reduce_sum(l * tf.nn.softmax(l))
-                 for l in out.logits.values())
+    logits = sum(tf.reduce_sum(x * tf.nn.softmax(x))
+                 for x in out.logits.values())
   for g in tape.gradient(baseline, agent.policy_variables):
     assert g is None or not np.any(g)
   for g in tape.gradient(logits, agent.critic_variables):
@@ -467,7 +467,7 @@ def test_torso_norm_adds_only_the_norms_and_trains_them(family, norms):
   with tf.GradientTape() as tape:
     out, _ = agent.unroll(prev_actions, env_outputs, agent.initial_state(B))
     loss = tf.reduce_sum(out.baseline ** 2) + sum(
-        tf.reduce_sum(tf.nn.softmax(l) * l) for l in out.logits.values())
+        tf.reduce_sum(tf.nn.softmax(x) * x) for x in out.logits.values())
   norm_variables = [v for v in agent.trainable_variables if '_norm/' in v.name]
   for v, g in zip(norm_variables, tape.gradient(loss, norm_variables)):
     assert g is not None and np.any(g.numpy()), v.name

@@ -251,7 +251,8 @@ def test_shallow_torso_layer_norm_all_matches_numpy():
   x2 = np.maximum(_spatial_layer_norm(outputs['conv2'],
                                       torso._conv2_norm.scale.numpy(),
                                       torso._conv2_norm.offset.numpy()), 0.)
-  h = x2.reshape(N, -1) @ layers['linear'].w.numpy() + layers['linear'].b.numpy()
+  h = (x2.reshape(N, -1) @ layers['linear'].w.numpy() +
+       layers['linear'].b.numpy())
   np.testing.assert_allclose(
       features, _layer_norm_relu(h, torso._linear_norm.scale.numpy(),
                                  torso._linear_norm.offset.numpy()),

@@ -2,7 +2,6 @@
 single-task runs."""
 
 import json
-import os
 
 import numpy as np
 import pytest

@@ -180,7 +180,8 @@ def _write(root, name, text):
 
 def test_github_slugs():
   assert github_slug('Long runs: the soak') == 'long-runs-the-soak'
-  assert github_slug('`--torso_norm` and the LSTM') == '--torso_norm-and-the-lstm'
+  assert github_slug('`--torso_norm` and the LSTM') == (
+      '--torso_norm-and-the-lstm')
   assert github_slug('IMPALA-CLEAR') == 'impala-clear'
   assert github_slug('See [the docs](docs/README.md)') == 'see-the-docs'
   text = '# Setup\n\n## Setup\n\n```sh\n# not a heading\n```\n'

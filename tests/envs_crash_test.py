@@ -1,6 +1,6 @@
 """Tests for envs.recovery: relaunch on crash, truncation, failure limits."""
 
-from envs import pysc2_compat  # pylint: disable=unused-import  # Before pysc2.
+from envs import pysc2_compat  # noqa: F401  # pylint: disable=unused-import  # Before pysc2.
 
 import collections
 import os

@@ -1,6 +1,6 @@
 """Tests for envs.sc2 with pysc2's mock env (the game is not installed)."""
 
-from envs import pysc2_compat  # pylint: disable=unused-import  # Before pysc2.
+from envs import pysc2_compat  # noqa: F401  # pylint: disable=unused-import  # Before pysc2.
 
 import numpy as np
 import pytest

@@ -1,6 +1,6 @@
 """Tests of env snapshots: `get_state` then `set_state` continues exactly."""
 
-from envs import pysc2_compat  # pylint: disable=unused-import  # Before pysc2.
+from envs import pysc2_compat  # noqa: F401  # pylint: disable=unused-import  # Before pysc2.
 
 import numpy as np
 import pytest

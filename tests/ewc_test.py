@@ -66,7 +66,8 @@ def test_fisher_is_the_mean_squared_batch_gradient_of_a_tiny_network():
 def test_fisher_needs_batches_of_matching_gradients():
   with pytest.raises(ValueError, match='fisher_diagonal: at least one'):
     ewc.fisher_diagonal([])
-  with pytest.raises(ValueError, match=r'fisher_diagonal: batch 1 gradients\[0\]'):
+  with pytest.raises(ValueError,
+                     match=r'fisher_diagonal: batch 1 gradients\[0\]'):
     ewc.fisher_diagonal([[tf.ones([2])], [tf.ones([3])]])
 
 
@@ -152,7 +153,7 @@ def test_fisher_buffer_holds_the_frames_asked_for():
   assert ewc.fisher_buffer_unrolls(1, 20) == 1
 
 
-# --- The learner ---------------------------------------------------------------
+# --- The learner ------------------------------------------------------------
 
 
 def make_policy(seed=0, **kwargs):
@@ -255,7 +256,7 @@ def test_none_changes_nothing_and_ewc_changes_nothing_before_a_boundary(
       on, str(tmp_path / 'c' / 'c')))
 
 
-# --- The run ---------------------------------------------------------------------
+# --- The run ----------------------------------------------------------------
 
 
 def sequence_config(logdir, **kwargs):
@@ -367,7 +368,7 @@ def test_a_run_keeps_its_method_and_refuses_another(tmp_path):
   assert not os.path.exists(os.path.join(str(tmp_path), 'single', 'run.json'))
 
 
-# --- The flags ---------------------------------------------------------------------
+# --- The flags --------------------------------------------------------------
 
 
 def parse(*args):

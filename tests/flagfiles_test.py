@@ -107,8 +107,8 @@ def test_every_flagfile_is_on_a_page_and_every_page_names_real_ones():
 @pytest.mark.parametrize('lines, error, message', [
     (['--env=atari:Pong', '--batch_sise=64'], flags.UnrecognizedFlagError,
      'batch_sise'),
-    (['--env=atari:Pong', '--batch_size=sixty-four'], flags.IllegalFlagValueError,
-     'batch_size'),
+    (['--env=atari:Pong', '--batch_size=sixty-four'],
+     flags.IllegalFlagValueError, 'batch_size'),
     (['--env=atari:Pong', 'batch_size=64'], train.app.UsageError,
      'not flags: batch_size=64'),
     (['--env=gym:CartPole-v1', '--replay_proportion=0',

@@ -29,7 +29,7 @@ from clear.runtime import progress
 from clear.runtime import run_loop
 
 ray = pytest.importorskip('ray')
-from ray import cluster_utils  # pylint: disable=g-import-not-at-top
+from ray import cluster_utils  # noqa: E402  # pylint: disable=g-import-not-at-top
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESOURCE = 'clear_actor'
@@ -209,7 +209,8 @@ def test_losing_more_actors_than_allowed_stops_with_one_message(tmp_path):
     output = ''.join(lines) + output
     assert process.returncode == 2, output[-3000:]
     assert 'Traceback' not in output
-    errors = [l for l in output.splitlines() if l.startswith('error: ')]
+    errors = [line for line in output.splitlines()
+              if line.startswith('error: ')]
     assert len(errors) == 1, output[-3000:]
     assert 'more than --max_actor_restarts=0' in errors[0]
     # What was learned before the failure is kept.

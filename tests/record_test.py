@@ -145,7 +145,7 @@ def test_mp4_needs_imageio_or_says_what_to_install(tmp_path):
   path = str(tmp_path / 'episode.mp4')
   try:
     import imageio  # pylint: disable=g-import-not-at-top,unused-import
-    import imageio_ffmpeg  # pylint: disable=g-import-not-at-top,unused-import
+    import imageio_ffmpeg  # noqa: F401  # pylint: disable=g-import-not-at-top,unused-import
   except ImportError:
     problem = record.path_problem(path)
     assert problem.startswith('writing .mp4 needs ') and (

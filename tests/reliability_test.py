@@ -21,11 +21,17 @@ import pytest
 import tensorflow as tf
 from absl import flags
 from absl.testing import flagsaver
+from envs import pysc2_compat  # noqa: F401  # pylint: disable=unused-import  # Before pysc2.
+from pysc2.env import mock_sc2_env
+from pysc2.lib import protocol
 
 from clear import checkpoint as checkpoint_lib
+from clear.algorithms import policy as policy_lib
+from clear.algorithms.impala import learner as learner_lib
 from clear import plot
 from clear.cli import configs
 from clear.cli import validation
+from clear.runtime import actor_pool
 from clear.runtime import run_config
 from clear.runtime import run_lock
 from clear.runtime import run_loop
@@ -248,7 +254,8 @@ def test_no_readable_checkpoint_is_one_message(two_checkpoint_run, tmp_path):
   result = run_binary(f'--logdir={logdir}', *RUN_FLAGS)
   assert result.returncode == 2, result.stderr[-3000:]
   assert 'Traceback' not in result.stderr
-  errors = [l for l in result.stderr.splitlines() if l.startswith('error:')]
+  errors = [line for line in result.stderr.splitlines()
+            if line.startswith('error:')]
   assert len(errors) == 1, result.stderr[-3000:]
   assert errors[0].startswith(f'error: No checkpoint in {checkpoints} can be '
                               'read (ckpt-2 (with state-2): ckpt-2.index is '
@@ -314,7 +321,7 @@ def files_of(folder):
 
 
 def error_lines(stderr):
-  return [l for l in stderr.splitlines() if l.startswith('error:')]
+  return [line for line in stderr.splitlines() if line.startswith('error:')]
 
 
 def frames_of_checkpoint(path):
@@ -470,7 +477,8 @@ def test_a_third_signal_stops_at_once_and_says_what_was_not_saved(
   output = ''.join(lines) + output
   assert process.returncode == 128 + signal.SIGTERM, output[-3000:]
   assert 'Traceback' not in output
-  last = [l for l in output.splitlines() if l.startswith('Stopped at once')]
+  last = [line for line in output.splitlines()
+          if line.startswith('Stopped at once')]
   written = os.path.exists(os.path.join(logdir, 'checkpoints',
                                         'ckpt-3.index'))
   if not last:  # It came once everything was done: nothing was lost.
@@ -666,15 +674,6 @@ def test_an_interrupt_caught_inside_exec_keeps_the_exit_status(tmp_path):
 
 # --- Environment crashes, through the whole runtime ---------------------------
 
-from envs import pysc2_compat  # pylint: disable=g-bad-import-order,unused-import,g-import-not-at-top
-from pysc2.env import mock_sc2_env  # pylint: disable=g-import-not-at-top
-from pysc2.lib import protocol  # pylint: disable=g-import-not-at-top
-
-from clear.runtime import actor_pool  # pylint: disable=g-import-not-at-top
-# pylint: disable-next=g-import-not-at-top
-from clear.algorithms import policy as policy_lib
-# pylint: disable-next=g-import-not-at-top
-from clear.algorithms.impala import learner as learner_lib
 
 class CrashOnceMockEnvForTest(mock_sc2_env.SC2TestEnv):
   """pysc2's mock env; the first game in a process to reach step 3 dies."""

@@ -98,7 +98,8 @@ def test_frames_are_stored_as_uint8_and_bytes_reported():
 
 
 @pytest.mark.parametrize('batch_size,proportion,expected', [
-    (32, 0.5, 16), (32, 0.0, 0), (10, 0.25, 3), (10, 0.24, 2), (8, 0.875, 7), (3, 0.5, 2)])
+    (32, 0.5, 16), (32, 0.0, 0), (10, 0.25, 3), (10, 0.24, 2), (8, 0.875, 7),
+    (3, 0.5, 2)])
 def test_replay_batch_size(batch_size, proportion, expected):
   assert replay.replay_batch_size(batch_size, proportion) == expected
 

@@ -4,7 +4,6 @@ refused."""
 import logging
 import subprocess
 import sys
-import time
 
 import pytest
 

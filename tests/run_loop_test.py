@@ -411,7 +411,8 @@ def test_a_task_sequence_switches_tasks_evaluates_and_writes_metrics(
   # CartPole (4 observations, 2 actions) then Acrobot (6, 3): one agent
   # over the union, 4 unrolls of 10 steps = 40 frames per update.
   config = make_config(tmp_path, backend='inline', num_replay=0,
-                       batch_size=4, unroll_length=10, env_name='gym:CartPole-v1,gym:Acrobot-v1',
+                       batch_size=4, unroll_length=10,
+                       env_name='gym:CartPole-v1,gym:Acrobot-v1',
                        frames_per_task=120, num_task_cycles=1,
                        total_environment_frames=240, eval_episodes=2,
                        eval_max_steps=20)

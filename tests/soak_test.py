@@ -17,7 +17,7 @@ I0512 16:40:10.000000 140 run_loop.py:306] [main] frames 75,000/1,000,000,000,00
 I0512 16:40:10.000100 140 run_loop.py:312] replay: 2000/2000 unrolls (40,000/40,000 env frames), 3.1 MB
 W0512 16:40:12.000000 140 signals.py:57] Signal 15: stopping after the current update and writing a final checkpoint.
 I0512 16:40:13.000000 140 train.py:177] Done: {'num_env_frames': 75800, 'num_steps': 160, 'phase': 'main', 'mean_return': 30.1, 'stopped_early': True}
-"""
+"""  # noqa: E501
 
 
 def test_parse_log_reads_progress_replay_restarts_and_done():

@@ -13,7 +13,7 @@ import pytest
 from tests import study_files
 
 ray = pytest.importorskip('ray')
-from ray import cluster_utils  # pylint: disable=g-import-not-at-top
+from ray import cluster_utils  # noqa: E402  # pylint: disable=g-import-not-at-top
 
 NODE = dict(num_cpus=1, object_store_memory=200 * 1024 * 1024)
 

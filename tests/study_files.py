@@ -21,7 +21,7 @@ def write_study(folder, text):
 
 
 def study_text(frames_per_task, methods, seeds='[0, 1]', extra=''):
-  lines = [f'root = "runs"', 'keep = "kept"', f'seeds = {seeds}',
+  lines = ['root = "runs"', 'keep = "kept"', f'seeds = {seeds}',
            'flags = ' + json.dumps([f'--env={SEQUENCE}',
                                     f'--frames_per_task={frames_per_task}',
                                     *FAST]), extra]

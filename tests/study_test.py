@@ -11,6 +11,7 @@ import subprocess
 import time
 
 import numpy as np
+import psutil
 import pytest
 
 from clear.study import spec as spec_lib
@@ -264,6 +265,11 @@ def test_a_study_stopped_with_sigint_continues_where_it_stopped(tmp_path):
   while time.time() < deadline:
     try:
       if re.search(r'frames [1-9][\d,]*/', log_text(tmp_path, 'a_s0')):
+        # The run trains at normal priority (Ray's workers run at nice 15).
+        logdir = f'--logdir={tmp_path / "runs" / "a_s0"}'
+        runs = [p for p in psutil.process_iter(['cmdline', 'nice'])
+                if logdir in (p.info['cmdline'] or [])]
+        assert [p.info['nice'] for p in runs] == [0]
         process.send_signal(signal.SIGINT)
         stopped = True
         break

@@ -305,7 +305,7 @@ def test_port_flags_override_only_what_is_set():
   assert config.envs_per_actor == 2
 
 
-# --- What a user sees when something goes wrong (issue 19) -------------------
+# --- What a user sees when something goes wrong ------------------------------
 
 
 def train_in_process(logdir, *args, calls=2):
@@ -341,7 +341,8 @@ def test_test_mode_refuses_flags_that_contradict_the_run(cartpole_v0_run):
                       '--core_size=32', '--algorithm=sac', timeout=120)
   assert result.returncode == 2, result.stderr[-3000:]
   assert 'Traceback' not in result.stderr
-  errors = [l for l in result.stderr.splitlines() if l.startswith('error:')]
+  errors = [line for line in result.stderr.splitlines()
+            if line.startswith('error:')]
   assert len(errors) == 2, result.stderr[-3000:]
   assert errors[0].startswith("error: --algorithm='sac': the run in ")
   assert "made with algorithm='impala'" in errors[0]
@@ -608,8 +609,8 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
     with flagsaver.flagsaver():
       flags.FLAGS.unparse_flags()
       flags.FLAGS(['train', '--mode=test'])
-      run_json.adopt_run_settings(flags.FLAGS, dict(saved, **{name: saved_value}),
-                               '/x')
+      run_json.adopt_run_settings(flags.FLAGS,
+                                  dict(saved, **{name: saved_value}), '/x')
       assert getattr(flags.FLAGS, name) == saved_value
       flags.FLAGS.unparse_flags()
       flags.FLAGS(['train', '--mode=test', f'--{name}={other}'])

@@ -198,7 +198,8 @@ FLAG_GROUPS.heading('CLEAR replay (impala)')
 flags.DEFINE_float('replay_proportion', 0.5,
                    'Share of each batch taken from replay (0: plain IMPALA).')
 flags.DEFINE_integer('replay_buffer_size', 10_000, 'Replay capacity, unrolls.')
-flags.DEFINE_enum('replay_sampling', 'reservoir', list(replay_lib.SAMPLING_MODES),
+flags.DEFINE_enum('replay_sampling', 'reservoir',
+                  list(replay_lib.SAMPLING_MODES),
                   'reservoir (CLEAR) or fifo insertion.')
 flags.DEFINE_enum('replay_storage', 'memory', list(replay_lib.STORAGE_MODES),
                   'Keep replay in memory or memory-mapped under --logdir.')
@@ -306,7 +307,8 @@ flags.DEFINE_integer('max_step_mul', 8,
                      'Number of choices of the dynamic step multiplier.')
 
 FLAG_GROUPS.heading('Checkpoints and progress')
-flags.DEFINE_integer('checkpoint_interval_s', 600, 'Seconds between checkpoints.')
+flags.DEFINE_integer('checkpoint_interval_s', 600,
+                     'Seconds between checkpoints.')
 flags.DEFINE_integer('log_interval_s', 10, 'Seconds between progress lines.')
 
 FLAG_GROUPS.heading("PPG, SAC and DDPG (with each algorithm's default)")

@@ -49,7 +49,8 @@ Attributes:
 
 MergedAnchors = collections.namedtuple(
     'MergedAnchors', ['precision', 'center', 'residual'])
-MergedAnchors.__doc__ = """K anchors folded into one quadratic (`merge_anchors`).
+MergedAnchors.__doc__ = """K anchors folded into one quadratic
+(`merge_anchors`).
 
 Attributes:
   precision: N tensors shaped like the variables, A = sum_k F_k.

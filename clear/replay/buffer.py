@@ -499,7 +499,7 @@ class ReplayBuffer:
     self._tree.set(indices * self.slots_per_item + slots,
                    (priorities + self.min_priority)**self.priority_exponent)
 
-  # --- State -------------------------------------------------------------------
+  # --- State ----------------------------------------------------------------
 
   def save(self, directory: str):
     """Writes contents, counters and RNG state to `directory` (no pickle)."""

@@ -13,10 +13,10 @@ order asked, `num_pending` counts the unfinished, and `close()` ends it.
 - `EvaluationProcess`: one process (spawned like the actors, without GPUs
   and ignoring SIGINT) plays the evaluations, one after another, at the
   lowest CPU priority (`lower_cpu_priority`), while the learner and the
-  actors go on training. Each evaluation plays the weights it was asked with, so its
-  returns are those `LearnerEvaluations` would give; only the wall-clock
-  time they arrive at differs. It costs one more TensorFlow runtime (a few
-  hundred MB).
+  actors go on training. Each evaluation plays the weights it was asked
+  with, so its returns are those `LearnerEvaluations` would give; only the
+  wall-clock time they arrive at differs. It costs one more TensorFlow
+  runtime (a few hundred MB).
 
 Training leaves CPU idle that evaluations can use: on the 2-core machine a
 MinAtar run's actor and learner keep about 1.5 cores busy, and an

@@ -16,8 +16,8 @@ project does not require. `path_problem` checks a path before any episode
 is played: the extension, a writer for it, the folder, and an existing
 file, which is replaced only when asked. A task sequence is recorded once
 per distinct task, each in its own file (`task_paths`: `final.gif` becomes
-`final_SpaceInvaders.gif`, `final_BeamRider.gif`, ...). The file is written under a
-temporary name beside it and then renamed, so an episode that fails
+`final_SpaceInvaders.gif`, `final_BeamRider.gif`, ...). The file is written
+under a temporary name beside it and then renamed, so an episode that fails
 leaves whatever was there untouched.
 """
 

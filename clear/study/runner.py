@@ -219,6 +219,8 @@ def run_study(study: spec_lib.Study, runs: Sequence[spec_lib.Run],
              logging_level=logging.ERROR)
     cpus, gpus = study.cpus_per_run, study.gpus_per_run
   else:
+    # Ray starts its workers, and so the runs, at `nice` 15 unless told.
+    os.environ.setdefault('RAY_worker_niceness', '0')
     ray.init(address='local', include_dashboard=False,
              _node_ip_address='127.0.0.1', num_cpus=parallel, num_gpus=0,
              log_to_driver=False, logging_level=logging.ERROR)

@@ -465,7 +465,8 @@ def run_ppg_cartpole():
     if tracker.check(counter['frames']):
       break
     policy_buffer.push(new_data, cur_collector_envstep=collector.envstep)
-    value_buffer.push(deepcopy(new_data), cur_collector_envstep=collector.envstep)
+    value_buffer.push(deepcopy(new_data),
+                      cur_collector_envstep=collector.envstep)
     for _ in range(cfg.policy.learn.update_per_collect):
       batch_size = learner.policy.get_attribute('batch_size')
       policy_data = policy_buffer.sample(batch_size['policy'],
@@ -480,7 +481,8 @@ def run_ppg_cartpole():
   collector_env.close()
   c = cfg.policy
   hp = dict(policy_type='ppg_offpolicy', collector_env_num=8,
-            n_sample=c.collect.n_sample, discount_factor=c.collect.discount_factor,
+            n_sample=c.collect.n_sample,
+            discount_factor=c.collect.discount_factor,
             gae_lambda=c.collect.gae_lambda,
             update_per_collect=c.learn.update_per_collect,
             batch_size=c.learn.batch_size,

@@ -8,9 +8,10 @@ Q_i(s, a) on [observation; action scaled to [-1, 1]], a target actor and
 target critics moved by soft updates, Gaussian exploration noise clipped to
 the bounds. It shares SAC's machinery (`clear.algorithms.off_policy.policy`
 and the modules it names: config fields, critic ensemble, target updates,
-replayed segments, Q targets from `clear.ops.value_estimators`, episode-end handling,
-prioritized replay). With `num_critics` = 2, `target_noise` > 0 and
-`actor_update_period` = 2 it becomes TD3 (Fujimoto et al. 2018).
+replayed segments, Q targets from `clear.ops.value_estimators`,
+episode-end handling, prioritized replay). With `num_critics` = 2,
+`target_noise` > 0 and `actor_update_period` = 2 it becomes TD3 (Fujimoto et
+al. 2018).
 
 The loss is one module-like function, `ddpg_loss`, returning the named terms
 together (`DDPGLoss`: loss_actor, loss_value, pred_value, target_value,
