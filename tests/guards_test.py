@@ -1,4 +1,5 @@
-"""Tests of clear.ops.guards: rank checks and the finite-step guard."""
+"""Tests of clear.ops.guards: rank and shape checks and the finite-step
+guard."""
 
 import numpy as np
 import pytest
@@ -12,6 +13,15 @@ def test_check_rank_names_the_function_and_argument():
   with pytest.raises(ValueError, match=r'f: x must have rank 1, got shape '
                      r'\(2, 3\)'):
     guards.check_rank('f', 'x', tf.zeros([2, 3]), 1)
+
+
+def test_check_shape_accepts_compatible_shapes_and_names_the_expectation():
+  guards.check_shape('f', 'x', tf.zeros([2, 3]), tf.TensorShape([None, 3]),
+                     '[T, 3]')
+  with pytest.raises(ValueError, match=r'f: x must have shape \[T, 4\] '
+                     r'\(\(None, 4\)\), got \(2, 3\)'):
+    guards.check_shape('f', 'x', tf.zeros([2, 3]),
+                       tf.TensorShape([None, 4]), '[T, 4]')
 
 
 def test_all_finite_looks_at_every_entry_of_every_tensor():

@@ -216,6 +216,26 @@ class FakeGreedyPolicyForTest(policy_lib.Policy):
     # pylint: disable-next=protected-access
     return self._inner._scope_variables(scope)
 
+  def learn(self, batch):
+    return self._inner.learn(batch)
+
+  @property
+  def num_env_frames(self):
+    return self._inner.num_env_frames
+
+  @property
+  def num_updates(self):
+    return self._inner.num_updates
+
+  def add_env_frames(self, frames):
+    self._inner.add_env_frames(frames)
+
+  def checkpointables(self):
+    return self._inner.checkpointables()
+
+  def acting_checkpointables(self):
+    return self._inner.acting_checkpointables()
+
 
 def fixture_policy(logdir, env_name, core_size):
   """The acting policy of a run in tests/testdata/logdirs_v1."""

@@ -140,9 +140,9 @@ class Policy(abc.ABC):
     for v, w in zip(variables, weights):
       v.assign(w)
 
+  @abc.abstractmethod
   def learn(self, batch: types.Unroll) -> Dict[str, np.ndarray]:
     """One update on a time-major batch; returns scalar stats."""
-    raise NotImplementedError(f'{type(self).__name__} only acts.')
 
   def learn_critic(self, batch: types.Unroll) -> Dict[str, np.ndarray]:
     raise ValueError(f'{type(self).__name__} has no critic pretraining.')
@@ -160,21 +160,22 @@ class Policy(abc.ABC):
     del critic
 
   @property
+  @abc.abstractmethod
   def num_env_frames(self) -> int:
-    raise NotImplementedError
+    """Env frames trained on so far."""
 
   @property
+  @abc.abstractmethod
   def num_updates(self) -> int:
     """Updates applied so far (skipped ones not counted)."""
-    raise NotImplementedError
 
+  @abc.abstractmethod
   def add_env_frames(self, frames: int):
     """Counts frames consumed outside `learn` (e.g. replay pre-fill)."""
-    raise NotImplementedError
 
+  @abc.abstractmethod
   def checkpointables(self) -> Dict[str, tf.Module]:
     """Everything a checkpoint must hold, by name."""
-    raise NotImplementedError
 
   def init_from(self, location: str, scope: str) -> str:
     """Loads some of another run's weights into this fresh policy.
@@ -236,10 +237,10 @@ class Policy(abc.ABC):
     if rng is not None:
       rng.reset_from_seed(seed)
 
+  @abc.abstractmethod
   def acting_checkpointables(self) -> Dict[str, tf.Module]:
     """What acting needs from a checkpoint, named as in `checkpointables`
     (test mode restores only these into an acting-only policy)."""
-    raise NotImplementedError
 
   def replay_buffers(self) -> Dict[str, replay_lib.ReplayBuffer]:
     """Replay buffers the policy owns (off-policy algorithms), by name.

@@ -1,7 +1,7 @@
 """What the learners (IMPALA-CLEAR, PPG, SAC, DDPG) guard their steps with.
 
-- `check_rank`: the rank check of a loss input, whose error names the
-  function and the argument;
+- `check_rank` and `check_shape`: the rank and shape checks of a loss or
+  V-trace input, whose errors name the function and the argument;
 - `all_finite` and `apply_if_finite`: a gradient step is applied only when
   its losses and gradient norms are finite; otherwise nothing changes and
   the step is counted as skipped;
@@ -26,6 +26,22 @@ def check_rank(fn_name: str, arg_name: str, tensor, rank: int):
   if tensor.shape.rank != rank:
     raise ValueError(f'{fn_name}: {arg_name} must have rank {rank}, got '
                      f'shape {tensor.shape}.')
+
+
+def check_shape(fn_name: str, arg_name: str, tensor, shape,
+                expected: str):
+  """Raises ValueError unless `tensor`'s shape is compatible with `shape`.
+
+  Args:
+    fn_name: the function whose input it is, for the message.
+    arg_name: the argument's name, for the message.
+    tensor: a tensor (anything with a `shape`).
+    shape: a `tf.TensorShape` (or list) it must be compatible with.
+    expected: the shape in words for the message, e.g. '[T, B]'.
+  """
+  if not tensor.shape.is_compatible_with(shape):
+    raise ValueError(f'{fn_name}: {arg_name} must have shape {expected} '
+                     f'({shape}), got {tensor.shape}.')
 
 
 def all_finite(values: Sequence) -> tf.Tensor:

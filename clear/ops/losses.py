@@ -17,6 +17,7 @@ import operator
 
 import tensorflow as tf
 
+from clear.ops import guards
 from clear.ops import vtrace
 
 REWARD_CLIPPING_MODES = ('abs_one', 'soft_asymmetric', 'none')
@@ -41,12 +42,6 @@ Attributes:
     `clip_advantage` (gradient stopped).
   log_rhos: `[T, B]` log pi(a) - log mu(a) summed over heads.
 """
-
-
-def _check_rank(fn_name, arg_name, tensor, rank):
-  if tensor.shape.rank != rank:
-    raise ValueError(f'{fn_name}: {arg_name} must have rank {rank}, got '
-                     f'shape {tensor.shape}.')
 
 
 def clip_rewards(rewards, mode):
@@ -111,9 +106,9 @@ def discounted_returns(rewards, discounts, bootstrap_value):
   rewards = tf.convert_to_tensor(rewards)
   discounts = tf.convert_to_tensor(discounts, dtype=rewards.dtype)
   bootstrap_value = tf.convert_to_tensor(bootstrap_value, dtype=rewards.dtype)
-  _check_rank(name, 'rewards', rewards, 2)
-  _check_rank(name, 'discounts', discounts, 2)
-  _check_rank(name, 'bootstrap_value', bootstrap_value, 1)
+  guards.check_rank(name, 'rewards', rewards, 2)
+  guards.check_rank(name, 'discounts', discounts, 2)
+  guards.check_rank(name, 'bootstrap_value', bootstrap_value, 1)
   if tf.executing_eagerly():
     return _discounted_returns_xla(rewards, discounts, bootstrap_value)
   return _discounted_returns_maths(rewards, discounts, bootstrap_value)
@@ -164,7 +159,7 @@ def cut_at_truncations(rewards, discounts, values, truncated):
   truncated = tf.convert_to_tensor(truncated, dtype=tf.bool)
   for arg_name, tensor in (('rewards', rewards), ('discounts', discounts),
                            ('values', values), ('truncated', truncated)):
-    _check_rank(name, arg_name, tensor, 2)
+    guards.check_rank(name, arg_name, tensor, 2)
   return (tf.stop_gradient(tf.where(truncated, values, rewards)),
           tf.stop_gradient(tf.where(truncated, tf.zeros_like(discounts),
                                     discounts)))
@@ -267,9 +262,9 @@ def impala_clear_loss(target_logits,
   for head_target, head_behaviour, head_actions in zip(
       tf.nest.flatten(target_logits), tf.nest.flatten(behaviour_logits),
       tf.nest.flatten(actions)):
-    _check_rank(name, 'target_logits', head_target, 3)
-    _check_rank(name, 'behaviour_logits', head_behaviour, 3)
-    _check_rank(name, 'actions', head_actions, 2)
+    guards.check_rank(name, 'target_logits', head_target, 3)
+    guards.check_rank(name, 'behaviour_logits', head_behaviour, 3)
+    guards.check_rank(name, 'actions', head_actions, 2)
   if not tf.nest.flatten(target_logits):
     raise ValueError(f'{name}: at least one action head is needed.')
 
@@ -283,8 +278,8 @@ def impala_clear_loss(target_logits,
   for arg_name, tensor in (('values', values),
                            ('behaviour_values', behaviour_values),
                            ('rewards', rewards), ('discounts', discounts)):
-    _check_rank(name, arg_name, tensor, 2)
-  _check_rank(name, 'bootstrap_value', bootstrap_value, 1)
+    guards.check_rank(name, arg_name, tensor, 2)
+  guards.check_rank(name, 'bootstrap_value', bootstrap_value, 1)
   batch_size = values.shape[1]
   try:
     num_replay = operator.index(num_replay)

@@ -25,6 +25,8 @@ import collections
 
 import tensorflow as tf
 
+from clear.ops import guards
+
 VTraceReturns = collections.namedtuple('VTraceReturns',
                                        ['vs', 'pg_advantages'])
 VTraceReturns.__doc__ = """V-trace outputs, gradients stopped.
@@ -49,20 +51,6 @@ Attributes:
   target_action_log_probs: `[T, B]` log pi(a), summed over heads. Gradients
     flow from it into the target logits.
 """
-
-
-def _check_rank(fn_name, arg_name, tensor, rank):
-  if tensor.shape.rank != rank:
-    raise ValueError(
-        f'{fn_name}: {arg_name} must have rank {rank}, got shape '
-        f'{tensor.shape}.')
-
-
-def _check_compatible(fn_name, arg_name, tensor, shape, expected_desc):
-  if not tensor.shape.is_compatible_with(shape):
-    raise ValueError(
-        f'{fn_name}: {arg_name} must have shape {expected_desc} '
-        f'({shape}), got {tensor.shape}.')
 
 
 def _shift_up(x, shift):
@@ -107,8 +95,9 @@ def scan_discounted_sum(sequence, decay, initial_value):
   if rank is None or rank < 1:
     raise ValueError('scan_discounted_sum: sequence must have a known rank of '
                      f'at least 1, got shape {sequence.shape}.')
-  _check_rank('scan_discounted_sum', 'decay', decay, rank)
-  _check_rank('scan_discounted_sum', 'initial_value', initial_value, rank - 1)
+  guards.check_rank('scan_discounted_sum', 'decay', decay, rank)
+  guards.check_rank('scan_discounted_sum', 'initial_value', initial_value,
+                    rank - 1)
   # Fold x_T into the last step so the recursion starts from zero.
   total = sequence + decay * tf.concat(
       [tf.zeros_like(sequence[1:]), initial_value[tf.newaxis]], axis=0)
@@ -179,7 +168,7 @@ def _threshold(fn_name, arg_name, threshold, dtype):
   if isinstance(threshold, (int, float)):
     return float(threshold)
   threshold = tf.convert_to_tensor(threshold, dtype=dtype)
-  _check_rank(fn_name, arg_name, threshold, 0)
+  guards.check_rank(fn_name, arg_name, threshold, 0)
   return threshold
 
 
@@ -234,12 +223,12 @@ def from_importance_weights(log_rhos,
                      f'([T, B, ...]), got shape {log_rhos.shape}.')
   for arg_name, tensor in (('discounts', discounts), ('rewards', rewards),
                            ('values', values)):
-    _check_rank(name, arg_name, tensor, rank)
-    _check_compatible(name, arg_name, tensor, log_rhos.shape,
-                      'equal to log_rhos')
-  _check_rank(name, 'bootstrap_value', bootstrap_value, rank - 1)
-  _check_compatible(name, 'bootstrap_value', bootstrap_value,
-                    log_rhos.shape[1:], '[B, ...] of log_rhos')
+    guards.check_rank(name, arg_name, tensor, rank)
+    guards.check_shape(name, arg_name, tensor, log_rhos.shape,
+                       'equal to log_rhos')
+  guards.check_rank(name, 'bootstrap_value', bootstrap_value, rank - 1)
+  guards.check_shape(name, 'bootstrap_value', bootstrap_value,
+                     log_rhos.shape[1:], '[B, ...] of log_rhos')
   clip_rho_threshold = _threshold(name, 'clip_rho_threshold',
                                   clip_rho_threshold, dtype)
   clip_pg_rho_threshold = _threshold(name, 'clip_pg_rho_threshold',
@@ -298,7 +287,7 @@ def log_probs_from_logits_and_actions(logits, actions):
     if head_actions.shape.rank is None or head_actions.shape.rank < 1:
       raise ValueError(f'{name}: actions must have a known rank of at least '
                        f'1, got shape {head_actions.shape}.')
-    _check_rank(name, 'logits', head_logits, head_actions.shape.rank + 1)
+    guards.check_rank(name, 'logits', head_logits, head_actions.shape.rank + 1)
     if head_actions.dtype not in (tf.int32, tf.int64):
       head_actions = tf.cast(head_actions, tf.int32)
     return -tf.nn.sparse_softmax_cross_entropy_with_logits(
@@ -311,9 +300,10 @@ def _summed_log_probs(fn_name, logits, actions):
   """Checks one nest of heads and returns log-probs summed over heads."""
   for head_logits, head_actions in zip(tf.nest.flatten(logits),
                                        tf.nest.flatten(actions)):
-    _check_rank(fn_name, 'policy logits', tf.convert_to_tensor(head_logits),
-                3)
-    _check_rank(fn_name, 'actions', tf.convert_to_tensor(head_actions), 2)
+    guards.check_rank(fn_name, 'policy logits',
+                      tf.convert_to_tensor(head_logits), 3)
+    guards.check_rank(fn_name, 'actions', tf.convert_to_tensor(head_actions),
+                      2)
   return tf.add_n(tf.nest.flatten(
       log_probs_from_logits_and_actions(logits, actions)))
 
@@ -372,9 +362,9 @@ def from_logits(behaviour_policy_logits,
                                               actions)
   for arg_name, tensor in (('discounts', discounts), ('rewards', rewards),
                            ('values', values)):
-    _check_rank(name, arg_name, tf.convert_to_tensor(tensor), 2)
-  _check_rank(name, 'bootstrap_value', tf.convert_to_tensor(bootstrap_value),
-              1)
+    guards.check_rank(name, arg_name, tf.convert_to_tensor(tensor), 2)
+  guards.check_rank(name, 'bootstrap_value',
+                    tf.convert_to_tensor(bootstrap_value), 1)
   log_rhos = target_action_log_probs - behaviour_action_log_probs
   vtrace_returns = from_importance_weights(
       log_rhos=log_rhos,

@@ -131,10 +131,6 @@ def entropy_cost_at(frames, start, end, total_frames):
   return start + (end - start) * progress
 
 
-def _all_finite(loss, grad_norm):
-  return tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(grad_norm))
-
-
 class ImpalaClearLearner(snt.Module):
   """IMPALA with CLEAR replay: V-trace plus policy and value cloning.
 
@@ -158,12 +154,9 @@ class ImpalaClearLearner(snt.Module):
     self.config = config
     self.learning_rate = tf.Variable(config.learning_rate, dtype=tf.float32,
                                      trainable=False, name='learning_rate')
-    self.num_env_frames = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                      name='num_env_frames')
-    self.num_steps = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                 name='num_steps')
-    self.num_skipped_steps = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                         name='num_skipped_steps')
+    self.num_env_frames = guards.step_counter('num_env_frames')
+    self.num_steps = guards.step_counter('num_steps')
+    self.num_skipped_steps = guards.step_counter('num_skipped_steps')
     self.optimizer = optimizers.make_optimizer(config, self.learning_rate)
     self.critic_optimizer = optimizers.make_optimizer(config,
                                                       self.learning_rate)
@@ -288,33 +281,20 @@ class ImpalaClearLearner(snt.Module):
   def _update(self, batch, grads_fn, optimizer, variables, loss_key, prefix):
     """Computes gradients, applies them if finite, counts, summarises."""
     grads, metrics = grads_fn(batch)
-    skipped = self._apply_if_finite(
-        optimizer, grads, variables(), metrics[loss_key],
-        metrics['grad_norm'],
-        transitions.frames_in_batch(batch, self.config.num_replay,
-                                    self.config))
-    metrics.update(self._counters(skipped))
-    self._write_summaries(metrics, batch, prefix=prefix)
-    return metrics
-
-  @snt.no_name_scope
-  def _apply_if_finite(self, optimizer, grads, variables, loss, grad_norm,
-                       frames):
-    """Applies `grads` and counts frames, or skips a non-finite update."""
-    finite = _all_finite(loss, grad_norm)
+    frames = transitions.frames_in_batch(batch, self.config.num_replay,
+                                         self.config)
 
     def apply():
       self._decay_learning_rate()
-      optimizer.apply(grads, variables)
+      optimizer.apply(grads, variables())
       self.num_env_frames.assign_add(frames)
-      self.num_steps.assign_add(1)
-      return tf.constant(False)
 
-    def skip():
-      self.num_skipped_steps.assign_add(1)
-      return tf.constant(True)
-
-    return tf.cond(finite, apply, skip)
+    applied = guards.apply_if_finite(
+        guards.all_finite([metrics[loss_key], metrics['grad_norm']]), apply,
+        self.num_steps, self.num_skipped_steps)
+    metrics.update(self._counters(tf.logical_not(applied)))
+    self._write_summaries(metrics, batch, prefix=prefix)
+    return metrics
 
   # --- Main IMPALA-CLEAR phase --------------------------------------------
 
