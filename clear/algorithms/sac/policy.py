@@ -74,7 +74,7 @@ raised, td1 and td_lambda give n-step-like targets.
 """
 
 import math
-from typing import Callable, Optional, Tuple, Union
+from typing import Callable, Dict, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import sonnet as snt
@@ -183,6 +183,64 @@ class SACAgent(snt.Module):
     if layout.discrete_key is not None:
       self.critics = networks.make_critics(
           num_critics, spec, layout, hidden_sizes, init_rng, 'critics')
+
+
+class _Rows(NamedTuple):
+  """How an update lays out K replayed segments of L transitions: every
+  observation x_0..x_L of every segment as a row, time-major (`all`
+  = (L + 1) K rows); the transitions' start states x_0..x_{L-1} are the
+  first L K rows (`starts`), their next states x_1..x_L the last L K
+  (`nexts`)."""
+  num_steps: int  # L
+  num_segments: int  # K
+
+  @property
+  def all(self) -> int:
+    return (self.num_steps + 1) * self.num_segments
+
+  @property
+  def transitions(self) -> int:
+    return self.num_steps * self.num_segments
+
+  def starts(self, x):
+    return x[:self.transitions]
+
+  def nexts(self, x):
+    return x[self.num_segments:]
+
+  def time_major(self, x):
+    """`[L K, ...]` -> `[L, K, ...]`."""
+    return tf.reshape(x, [self.num_steps, self.num_segments] +
+                      x.shape[1:].as_list())
+
+  def critics_time_major(self, q):
+    """`[N, L K, ...]` -> `[N, L, K, ...]` (N critics)."""
+    return tf.reshape(q, [q.shape[0], self.num_steps, self.num_segments] +
+                      q.shape[2:].as_list())
+
+
+class _Terms(NamedTuple):
+  """What one update computes from the policy and the critics.
+
+  Attributes:
+    regularisers: action part ('continuous', 'discrete') -> `[all]`
+      log pi - w log prior.
+    unit: the actor's continuous actions in [-1, 1], `[all, C]` (None
+      without an actor).
+    log_pi: their log-probabilities `[all]` (None without an actor).
+    probs, logits: the discrete policy `[all, A]` (None without a
+      discrete head).
+    q_new: the critics `[N, rows]` at the policy's actions (discrete: per
+      action, `[N, rows, A]`).
+    q_taken: the critics `[N, transitions]` at the replayed actions.
+  """
+  regularisers: Dict[str, tf.Tensor]
+  unit: Optional[tf.Tensor]
+  log_pi: Optional[tf.Tensor]
+  probs: Optional[tf.Tensor]
+  logits: Optional[tf.Tensor]
+  q_new: tf.Tensor
+  q_taken: tf.Tensor
 
 
 class SACPolicy(off_policy.OffPolicyPolicy):
@@ -350,157 +408,190 @@ class SACPolicy(off_policy.OffPolicyPolicy):
 
   # --- Learning ---------------------------------------------------------------
 
-  def _update(self, tr, weights):
-    c, layout, agent = self.config, self.layout, self.agent
-    merge = networks.merge_leading
-    steps_p1, num_segments = tr.first.shape  # L + 1, K (static).
-    rows = steps_p1 * num_segments  # M1: every observation.
-    taken_rows = (steps_p1 - 1) * num_segments  # M0: every transition.
-    features = self._segment_features(tr)
-    first = merge(tr.first)
-    w_prior = c.prior_kl_weight if c.prior_actor else 0.0
-    critic_vars = self.critics.trainable_variables
-    actor_vars = agent.actor.trainable_variables if agent.actor else ()
-    time_major = lambda x, steps: tf.reshape(
-        x, [steps, num_segments] + x.shape[1:].as_list())
-    critics_time_major = lambda q, steps: tf.reshape(
-        q, [q.shape[0], steps, num_segments] + q.shape[2:].as_list())
-
-    # Rows of `features`: all observations x_0..x_L (M1 rows, time-major),
-    # `now` = x_0..x_{L-1} (the transitions' start states), `after` =
-    # x_1..x_L (their next states).
-    now = lambda x: x[:taken_rows]
-    after = lambda x: x[num_segments:]
+  def _update(self, segments, weights):
+    """One update on K replayed segments of L transitions (see the module
+    docstring); returns (metrics, applied, priorities `[K]`)."""
+    config = self.config
+    rows = _Rows(segments.first.shape[0] - 1, segments.first.shape[1])
+    features = self._segment_features(segments)
     with tf.GradientTape(persistent=True) as tape:
-      regularisers = {}  # part -> [M1] log pi - w log prior.
-      unit = None
-      if agent.actor is not None:
-        pre_tanh, unit, mean, log_std = self._continuous_policy(features,
-                                                                rows)
-        log_pi = sac_losses.tanh_gaussian_log_prob(pre_tanh, mean, log_std,
-                                                   layout.log_half_range)
-        reg = log_pi
-        if c.prior_actor:
-          prev_unit = merge(layout.env_to_unit(tr.prev_action))
-          reg = reg - w_prior * self._continuous_log_prior(unit, prev_unit,
-                                                           first)
-        regularisers['continuous'] = reg
-        taken_unit = merge(layout.env_to_unit(tr.action))
-        # Policy actions where the actor needs them (every row when the
-        # discrete policy of the next states depends on them), then the
-        # replayed actions.
-        new_rows = features if layout.discrete_key else now(features)
-        new_unit = unit if layout.discrete_key else now(unit)
-        q_both = self.critics(tf.concat(
-            [self._critic_input(new_rows, new_unit),
-             self._critic_input(now(features), taken_unit)], 0))
-        num_new = rows if layout.discrete_key else taken_rows
-        q_new, q_taken = q_both[:, :num_new], q_both[:, num_new:]
-      else:
-        q_new = self.critics(features)  # Discrete only: Q(x, .) everywhere.
-        q_taken = q_new[:, :taken_rows]
-      probs = None
-      if layout.discrete_key is not None:
-        key = layout.discrete_key
-        mask = self._mask({k: merge(v) for k, v in tr.observation.items()})
-        logits = tf.stop_gradient(sac_losses.soft_policy_logits(
-            q_new, self._alpha('discrete'), mask))
-        log_prior = None
-        if c.prior_actor:
-          log_prior = self._discrete_log_prior(merge(tr.prev_action[key]),
-                                               first, rows)
-        reg_d, probs = sac_losses.discrete_regulariser(logits, log_prior,
-                                                       w_prior)
-        regularisers['discrete'] = reg_d
-        taken = tf.cast(merge(tr.action[key]), tf.int32)
-        q_taken = tf.reduce_sum(
-            q_taken * tf.one_hot(taken, layout.num_discrete), axis=-1)
-      else:
-        q_new, q_taken = q_new[..., 0], q_taken[..., 0]
+      terms = self._policy_terms(segments, features, rows)
+      actor_loss = self._actor_loss(terms, rows)
+      critic_loss, critic_extra = self._critic_loss(segments, features, terms,
+                                                    rows, weights)
+      alpha_loss = self._alpha_loss(terms, rows)
 
-      # Actor: at the start states.
-      actor_loss = tf.constant(0.0)
-      if agent.actor is not None:
-        q_actor = q_new if probs is None else q_new[:, :taken_rows]
-        actor_losses, _ = sac_losses.sac_actor_loss(
-            critics_time_major(q_actor, steps_p1 - 1),
-            time_major(now(regularisers['continuous']), steps_p1 - 1),
-            self._alpha('continuous'),
-            None if probs is None else time_major(now(probs), steps_p1 - 1))
-        actor_loss = tf.reduce_mean(actor_losses)
-
-      # Critic: target critics at the next states.
-      q_target = self.target_critics(self._critic_input(
-          after(features),
-          None if unit is None else tf.stop_gradient(after(unit))))
-      next_probs = None
-      if probs is None:
-        q_target = q_target[..., 0]
-      else:
-        next_probs = time_major(after(probs), steps_p1 - 1)
-      penalty = tf.add_n([self._alpha(part) * reg
-                          for part, reg in regularisers.items()])
-      critic_losses, critic_extra = sac_losses.sac_critic_loss(
-          critics_time_major(q_taken, steps_p1 - 1),
-          critics_time_major(q_target, steps_p1 - 1),
-          time_major(after(penalty), steps_p1 - 1), tr.reward, tr.discount,
-          tr.truncated, next_probs, weights, c.value_estimator, c.td_lambda)
-      critic_loss = tf.reduce_mean(critic_losses)
-
-      # Temperatures.
-      alpha_loss = tf.constant(0.0)
-      for part, reg in regularisers.items():
-        losses, _ = sac_losses.sac_alpha_loss(
-            agent.log_alpha[part], time_major(now(reg), steps_p1 - 1),
-            self.target_entropy[part])
-        alpha_loss += tf.reduce_mean(losses)
-
+    critic_variables = self.critics.trainable_variables
     critic_grads, critic_norm = guards.clipped_gradients(
-        tape, critic_loss, critic_vars, c.clip_grad_norm)
+        tape, critic_loss, critic_variables, config.clip_grad_norm)
     alpha_grads, alpha_norm = guards.clipped_gradients(
-        tape, alpha_loss, self.alpha_variables, c.clip_grad_norm)
+        tape, alpha_loss, self.alpha_variables, config.clip_grad_norm)
     checks = [critic_loss, alpha_loss, critic_norm, alpha_norm]
-    actor_grads = []
-    if agent.actor is not None:
+    actor = self.agent.actor
+    if actor is not None:
       actor_grads, actor_norm = guards.clipped_gradients(
-          tape, actor_loss, actor_vars, c.clip_grad_norm)
+          tape, actor_loss, actor.trainable_variables, config.clip_grad_norm)
       checks += [actor_loss, actor_norm]
     del tape
 
     def apply():
-      self.critic_optimizer.apply(critic_grads, critic_vars)
-      if agent.actor is not None:
-        self.actor_optimizer.apply(actor_grads, actor_vars)
+      self.critic_optimizer.apply(critic_grads, critic_variables)
+      if actor is not None:
+        self.actor_optimizer.apply(actor_grads, actor.trainable_variables)
       self.alpha_optimizer.apply(alpha_grads, self.alpha_variables)
-      if c.max_log_alpha is not None:
+      if config.max_log_alpha is not None:
         for v in self.alpha_variables:
-          v.assign(tf.minimum(v, c.max_log_alpha))
+          v.assign(tf.minimum(v, config.max_log_alpha))
       self.target_updater()
 
     applied = self._apply_if_finite(checks, apply)
-    mask = critic_extra.mask
     metrics = {
         'loss/critic': critic_loss,
         'loss/alpha': alpha_loss,
-        'value/q_mean': tf.reduce_mean(q_taken),
+        'value/q_mean': tf.reduce_mean(terms.q_taken),
         'value/target_mean': tf.reduce_mean(critic_extra.targets),
         'value/abs_td_error': off_policy_losses.masked_mean(
-            tf.reduce_mean(tf.abs(critic_extra.td_errors), 0), mask),
+            tf.reduce_mean(tf.abs(critic_extra.td_errors), 0),
+            critic_extra.mask),
         'grad_norm/critic': critic_norm,
     }
-    for part in agent.log_alpha:
-      metrics[f'alpha/{part}'] = self._alpha(part)
-    if 'continuous' in regularisers:
-      metrics['policy/entropy_continuous'] = -tf.reduce_mean(now(log_pi))
-    if 'discrete' in regularisers:
-      metrics['policy/entropy_discrete'] = -tf.reduce_mean(now(
-          tf.reduce_sum(probs * tf.nn.log_softmax(logits), -1)))
-    if agent.actor is not None:
+    metrics.update(self._policy_metrics(terms, rows))
+    if actor is not None:
       metrics['loss/actor'] = actor_loss
       metrics['grad_norm/actor'] = actor_norm
-    if c.prior_actor:
+    if config.prior_actor:
       metrics['policy/regulariser'] = tf.add_n(
-          [tf.reduce_mean(now(r)) for r in regularisers.values()])
+          [tf.reduce_mean(rows.starts(r))
+           for r in terms.regularisers.values()])
     priorities = off_policy_losses.segment_priorities(
-        critic_extra.squared_errors, mask)
+        critic_extra.squared_errors, critic_extra.mask)
     return metrics, applied, priorities
+
+  # --- The update's terms, per action type ----------------------------------
+
+  def _prior_weight(self) -> float:
+    """w of the regulariser log pi - w log prior (0 without a prior)."""
+    return self.config.prior_kl_weight if self.config.prior_actor else 0.0
+
+  def _policy_terms(self, segments, features, rows: '_Rows') -> '_Terms':
+    """The policy's regularisers and the critics' Q-values at every row:
+    the continuous part's (with an actor), then the discrete head's."""
+    if self.agent.actor is not None:
+      terms = self._continuous_terms(segments, features, rows)
+    else:  # Discrete only: Q(x, .) at every observation.
+      q_all = self.critics(features)
+      terms = _Terms({}, None, None, None, None, q_all,
+                     q_all[:, :rows.transitions])
+    if self.layout.discrete_key is not None:
+      return self._discrete_terms(segments, terms, rows)
+    return terms._replace(q_new=terms.q_new[..., 0],
+                          q_taken=terms.q_taken[..., 0])
+
+  def _continuous_terms(self, segments, features, rows: '_Rows') -> '_Terms':
+    """The actor's sample at every observation, its regulariser, and the
+    critics at the policy's actions and at the replayed ones."""
+    layout, merge = self.layout, networks.merge_leading
+    pre_tanh, unit, mean, log_std = self._continuous_policy(features,
+                                                            rows.all)
+    log_pi = sac_losses.tanh_gaussian_log_prob(pre_tanh, mean, log_std,
+                                               layout.log_half_range)
+    regulariser = log_pi
+    if self.config.prior_actor:
+      previous_unit = merge(layout.env_to_unit(segments.prev_action))
+      regulariser = regulariser - self._prior_weight() * (
+          self._continuous_log_prior(unit, previous_unit,
+                                     merge(segments.first)))
+    taken_unit = merge(layout.env_to_unit(segments.action))
+    # The policy's actions where the critics need them (every row when the
+    # discrete policy of the next states depends on them), then the
+    # replayed actions.
+    every_row = bool(layout.discrete_key)
+    policy_features = features if every_row else rows.starts(features)
+    policy_unit = unit if every_row else rows.starts(unit)
+    q_both = self.critics(tf.concat(
+        [self._critic_input(policy_features, policy_unit),
+         self._critic_input(rows.starts(features), taken_unit)], 0))
+    num_policy_rows = rows.all if every_row else rows.transitions
+    return _Terms({'continuous': regulariser}, unit, log_pi, None, None,
+                  q_both[:, :num_policy_rows], q_both[:, num_policy_rows:])
+
+  def _discrete_terms(self, segments, terms: '_Terms',
+                      rows: '_Rows') -> '_Terms':
+    """The discrete head's soft policy from the critics' values, its
+    regulariser, and the Q-values of the replayed discrete actions."""
+    key, merge = self.layout.discrete_key, networks.merge_leading
+    mask = self._mask({k: merge(v) for k, v in
+                       segments.observation.items()})
+    logits = tf.stop_gradient(sac_losses.soft_policy_logits(
+        terms.q_new, self._alpha('discrete'), mask))
+    log_prior = None
+    if self.config.prior_actor:
+      log_prior = self._discrete_log_prior(merge(segments.prev_action[key]),
+                                           merge(segments.first), rows.all)
+    regulariser, probs = sac_losses.discrete_regulariser(
+        logits, log_prior, self._prior_weight())
+    taken = tf.cast(merge(segments.action[key]), tf.int32)
+    q_taken = tf.reduce_sum(
+        terms.q_taken * tf.one_hot(taken, self.layout.num_discrete), axis=-1)
+    return terms._replace(
+        regularisers={**terms.regularisers, 'discrete': regulariser},
+        probs=probs, logits=logits, q_taken=q_taken)
+
+  def _actor_loss(self, terms: '_Terms', rows: '_Rows'):
+    """The actor's loss at the transitions' start states (0 without one)."""
+    if self.agent.actor is None:
+      return tf.constant(0.0)
+    probs = terms.probs
+    q_policy = terms.q_new if probs is None else terms.q_new[
+        :, :rows.transitions]
+    losses, _ = sac_losses.sac_actor_loss(
+        rows.critics_time_major(q_policy),
+        rows.time_major(rows.starts(terms.regularisers['continuous'])),
+        self._alpha('continuous'),
+        None if probs is None else rows.time_major(rows.starts(probs)))
+    return tf.reduce_mean(losses)
+
+  def _critic_loss(self, segments, features, terms: '_Terms', rows: '_Rows',
+                   weights):
+    """The critics' loss against the target critics at the next states,
+    with the temperatures' entropy bonus; returns (loss, its extras)."""
+    unit = terms.unit
+    q_target = self.target_critics(self._critic_input(
+        rows.nexts(features),
+        None if unit is None else tf.stop_gradient(rows.nexts(unit))))
+    next_probs = None
+    if terms.probs is None:
+      q_target = q_target[..., 0]
+    else:
+      next_probs = rows.time_major(rows.nexts(terms.probs))
+    penalty = tf.add_n([self._alpha(part) * regulariser
+                        for part, regulariser in terms.regularisers.items()])
+    losses, extra = sac_losses.sac_critic_loss(
+        rows.critics_time_major(terms.q_taken),
+        rows.critics_time_major(q_target),
+        rows.time_major(rows.nexts(penalty)), segments.reward,
+        segments.discount, segments.truncated, next_probs, weights,
+        self.config.value_estimator, self.config.td_lambda)
+    return tf.reduce_mean(losses), extra
+
+  def _alpha_loss(self, terms: '_Terms', rows: '_Rows'):
+    """The temperatures' loss, summed over the action parts."""
+    loss = tf.constant(0.0)
+    for part, regulariser in terms.regularisers.items():
+      losses, _ = sac_losses.sac_alpha_loss(
+          self.agent.log_alpha[part],
+          rows.time_major(rows.starts(regulariser)), self.target_entropy[part])
+      loss += tf.reduce_mean(losses)
+    return loss
+
+  def _policy_metrics(self, terms: '_Terms', rows: '_Rows'):
+    """The temperatures and the policy's entropies."""
+    metrics = {f'alpha/{part}': self._alpha(part)
+               for part in self.agent.log_alpha}
+    if terms.log_pi is not None:
+      metrics['policy/entropy_continuous'] = -tf.reduce_mean(
+          rows.starts(terms.log_pi))
+    if terms.probs is not None:
+      metrics['policy/entropy_discrete'] = -tf.reduce_mean(rows.starts(
+          tf.reduce_sum(terms.probs * tf.nn.log_softmax(terms.logits), -1)))
+    return metrics
