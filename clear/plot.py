@@ -352,6 +352,24 @@ def eval_noise(run: Run) -> Dict[str, dict]:
           if len(series.values)}
 
 
+def check_baselines(runs: Sequence[Run],
+                    baselines: Optional[metrics_lib.Baselines]):
+  """Raises ValueError naming the tasks of a run (with a task schedule)
+  that `baselines` has no random and single-task returns for."""
+  if baselines is None:
+    return
+  for run in runs:
+    if run.schedule is None:
+      continue
+    missing = [task for task in run.schedule.unique_task_names
+               if task not in baselines.normalization]
+    if missing:
+      raise ValueError(
+          f'the baselines have no {", ".join(missing)} (tasks of '
+          f'{run.label}); every task of a run needs its random and '
+          f'single-task returns, or none is normalised.')
+
+
 def continual_metrics(runs: Sequence[Run],
                       baselines: Optional[metrics_lib.Baselines] = None
                       ) -> Dict[str, dict]:
@@ -364,6 +382,7 @@ def continual_metrics(runs: Sequence[Run],
   Raises:
     ValueError: no run has both.
   """
+  check_baselines(runs, baselines)
   metrics = {}
   for run in runs:
     if run.schedule is None or not run.eval_curves:
@@ -751,8 +770,12 @@ def main(argv):
     say_if_live(f.logdir)
     runs = load_runs(f.logdir, f.labels, f.tag_prefix, f.train_tag_prefix)
     references = [r for spec in f.reference for r in load_references(spec)]
+    if f.out and not f.out.lower().endswith('.png'):
+      raise ValueError(f'--out={f.out}: the figure is a PNG; name it '
+                       '<name>.png (or give --out= for no figure).')
     baselines = (metrics_lib.read_baselines(f.baselines)
                  if f.baselines else None)
+    check_baselines(runs, baselines)
     if f.group_seeds:  # Checked before anything is written.
       seed_stats.group_labels([run.label for run in runs], '--group_seeds')
     metrics = table = None

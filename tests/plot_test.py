@@ -381,11 +381,28 @@ def test_command_line(runs, tmp_path):
     # Episodes ended by step 100 are the first five; 300 is past the end.
     assert curve['means_at_frames'] == {
         '100': pytest.approx(np.mean(returns[1:5])), '300': None}
-  # Metrics and the summary panel with a baselines file.
+  # A figure named other than .png is refused, and nothing is written.
+  result = subprocess.run(command[:-1] + [f'--out={tmp_path / "x.txt"}'],
+                          cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+  assert result.returncode == 1
+  assert 'the figure is a PNG' in result.stderr
+  assert not (tmp_path / 'x.txt').exists()
+  # Baselines for only some of a run's tasks are refused, naming the rest.
   baselines_path = str(tmp_path / 'baselines.json')
+  metrics_path = str(tmp_path / 'metrics.json')
   schedule_lib.write_json(baselines_path, continual_metrics.baselines_json(
       continual_metrics.Baselines({TASKS[0]: (0.0, 40.0)}, {})))
-  metrics_path = str(tmp_path / 'metrics.json')
+  result = subprocess.run(command + [f'--baselines={baselines_path}',
+                                     f'--metrics_out={metrics_path}'],
+                          cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+  assert result.returncode == 1
+  assert f'the baselines have no {TASKS[1]} (tasks of a)' in result.stderr
+  assert not os.path.exists(metrics_path)
+  # Metrics and the summary panel with a baselines file.
+  schedule_lib.write_json(baselines_path, continual_metrics.baselines_json(
+      continual_metrics.Baselines(NORMALIZATION, {})))
   result = subprocess.run(command + [f'--baselines={baselines_path}',
                                      f'--metrics_out={metrics_path}',
                                      '--notraining_panel'],

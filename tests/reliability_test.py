@@ -618,7 +618,7 @@ def test_a_signal_before_the_run_starts_stops_it_and_writes_nothing(
                   *RUN_FLAGS[1:], '--total_environment_frames=1000000')
   # Then it checks and restores the run, and imports MinAtar (whose import
   # swallows a KeyboardInterrupt): nothing is written until that is done.
-  lines = read_until(process, r'Learner on')
+  lines = read_until(process, r'learner on')
   time.sleep(0.3)  # On a 2-core machine, about when MinAtar is imported.
   process.send_signal(signal.SIGTERM)
   output, _ = process.communicate(timeout=120)

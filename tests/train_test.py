@@ -117,6 +117,18 @@ def test_a_sequence_trains_each_task_on_its_own_envs(tmp_path, backend):
     (['--replay_proportion=1.0'], '--replay_proportion'),
     (['--env=mujoco:Ant'], '--env'),
     (['--batch_size=abc'], 'flag --batch_size=abc:'),  # Fails to parse.
+    (['--flagfile=/no/such.flags'], '--flagfile: cannot open it:'),
+    (['--log_dir=/tmp/x'], "--log_dir=/tmp/x is absl's folder for log files"),
+    (['--checkpoint_interval_s=0'], '--checkpoint_interval_s must be > 0'),
+    (['--log_interval_s=0'], '--log_interval_s must be > 0'),
+    (['--num_actors=500'], '--num_actors=500 would start that many'),
+    (['--env=atari:Pong,'], 'entry 2 of the sequence is empty'),
+    (['--env=gym:CartPole-v1,gym:Acrobot-v1,gym:CartPole-v1',
+      '--frames_per_task=10'], '--env names gym:CartPole-v1 twice'),
+    (['--env=gym:CartPole-v1,gym:Acrobot-v1', '--frames_per_task=10',
+      '--num_task_cycles=-1'], '--num_task_cycles must be >= 1 (got -1)'),
+    (['--env=gym:CartPole-v1,gym:Acrobot-v1', '--frames_per_task=-5'],
+     '--frames_per_task must be >= 1 for a sequence --env (got -5)'),
 ])
 def test_bad_flags_give_one_message_and_no_traceback(args, message):
   result = run_binary(*args, timeout=120)
@@ -133,6 +145,20 @@ def test_bad_flags_give_one_message_and_no_traceback(args, message):
                        'flags, grouped by purpose.')
   assert len(lines) <= 3, lines
   assert 'Traceback' not in result.stderr
+
+
+def test_impala_on_continuous_actions_points_to_sac_and_ddpg(tmp_path):
+  logdir = tmp_path / 'run'
+  result = run_binary('--env=gym:Pendulum-v1', f'--logdir={logdir}',
+                      timeout=120)
+  assert result.returncode == 2
+  lines = [line for line in result.stderr.strip().splitlines()
+           if line.startswith('error:')]
+  assert lines == ['error: gym:Pendulum-v1 has continuous actions (action), '
+                   'and the IMPALA agent acts on discrete ones: use '
+                   '--algorithm=sac or --algorithm=ddpg.']
+  assert 'Traceback' not in result.stderr
+  assert not logdir.exists()  # A refused start writes nothing.
 
 
 def test_sc2_without_the_game_says_how_to_install_it(tmp_path):

@@ -161,6 +161,9 @@ def print_flag_error(message: str, program: str):
   """Prints a flag error, one `error:` line per line of `message`, and
   where to find the flags, to stderr."""
   for line in str(message).strip().splitlines():
+    # absl's own prefix on a flagfile it cannot open.
+    line = line.replace('ERROR:: Unable to open flagfile: ',
+                        '--flagfile: cannot open it: ')
     sys.stderr.write(f'error: {line}\n')
   sys.stderr.write(f'Run `{program} --helpfull` for the flags, grouped by '
                    'purpose.\n')

@@ -7,6 +7,7 @@ mode's and the env's.
 """
 
 import math
+import os
 
 from absl import app
 
@@ -128,9 +129,66 @@ def _port_problems(f):
   return problems
 
 
+# Local actor processes per CPU past which a run is refused: each is a
+# process with its own TensorFlow runtime and envs.
+MAX_LOCAL_ACTORS_PER_CPU = 4
+
+
+def _sequence_problems(f):
+  """A comma-separated --env: its entries, then its schedule flags."""
+  problems = []
+  entries = [name.strip() for name in f.env.split(',')]
+  empty = [i + 1 for i, name in enumerate(entries) if not name]
+  if empty:
+    return [f'--env={f.env!r}: entry {empty[0]} of the sequence is empty; '
+            'name a task between every two commas.']
+  repeated = sorted({name for name in entries if entries.count(name) > 1})
+  if repeated:
+    problems.append(f'--env names {repeated[0]} twice: a sequence\'s tasks '
+                    'are distinct; --num_task_cycles trains them again.')
+  if f.frames_per_task < 1:
+    problems.append(f'--frames_per_task must be >= 1 for a sequence --env '
+                    f'(got {f.frames_per_task}).')
+  if f.num_task_cycles < 1:
+    problems.append(f'--num_task_cycles must be >= 1 (got '
+                    f'{f.num_task_cycles}).')
+  if not problems and f['total_environment_frames'].present and (
+      f.total_environment_frames != defaults.sequence_frames(f)):
+    problems.append(
+        f'--total_environment_frames ({f.total_environment_frames:,}) '
+        'differs from --frames_per_task x tasks x --num_task_cycles '
+        f'({defaults.sequence_frames(f):,}); leave it unset for a sequence.')
+  return problems
+
+
+def _runtime_problems(f):
+  """The logdir, the log and checkpoint clocks and the actor count."""
+  problems = []
+  if f['log_dir'].present:
+    problems.append(f'--log_dir={f.log_dir} is absl\'s folder for log files, '
+                    'not the run\'s: the run\'s folder is --logdir.')
+  if f.checkpoint_interval_s <= 0:
+    problems.append(f'--checkpoint_interval_s must be > 0 (got '
+                    f'{f.checkpoint_interval_s}): each checkpoint writes '
+                    'the whole replay (a Pong one is about 1.7 GB).')
+  if f.log_interval_s <= 0:
+    problems.append(f'--log_interval_s must be > 0 (got {f.log_interval_s}).')
+  cpus = os.cpu_count() or 1
+  if f.backend == 'local' and (
+      f.num_actors > MAX_LOCAL_ACTORS_PER_CPU * cpus):
+    problems.append(
+        f'--num_actors={f.num_actors} would start that many processes on a '
+        f'machine with {cpus} CPUs; use at most '
+        f'{MAX_LOCAL_ACTORS_PER_CPU * cpus} here (one per CPU is the '
+        'usual), or --backend=ray on a cluster.')
+  return problems
+
+
 def validate(f) -> None:
   """Checks flag combinations; raises app.UsageError naming the flags."""
-  problems = []
+  problems = _runtime_problems(f)
+  sequence = ',' in f.env
+  sequence_problems = _sequence_problems(f) if sequence else []
   if f.unroll_length < 1:
     problems.append(f'--unroll_length must be >= 1 (got {f.unroll_length}).')
   if f.batch_size is not None and f.batch_size < 1:
@@ -149,7 +207,8 @@ def validate(f) -> None:
   known_family = defaults.env_family(f.env) in defaults.FAMILY_DEFAULTS
   if f.total_environment_frames is not None and f.total_environment_frames < 1:
     problems.append('--total_environment_frames must be >= 1.')
-  elif known_family and f.num_critic_pretrain_frames > defaults.total_frames(f):
+  elif (known_family and not sequence_problems and
+        f.num_critic_pretrain_frames > defaults.total_frames(f)):
     problems.append(
         f'--num_critic_pretrain_frames ({f.num_critic_pretrain_frames:,}) '
         'exceeds --total_environment_frames '
@@ -168,17 +227,8 @@ def validate(f) -> None:
     problems.append(f'--discounting must be in [0, 1] (got {f.discounting}).')
   if f.learning_rate is not None and f.learning_rate <= 0:
     problems.append('--learning_rate must be > 0.')
-  if ',' in f.env:
-    if f.frames_per_task < 1:
-      problems.append('A sequence --env needs --frames_per_task >= 1.')
-    elif f['total_environment_frames'].present and (
-        f.total_environment_frames != defaults.sequence_frames(f)):
-      problems.append(
-          f'--total_environment_frames ({f.total_environment_frames:,}) '
-          'differs from --frames_per_task x tasks x --num_task_cycles '
-          f'({defaults.sequence_frames(f):,}); leave it unset for a sequence.')
-    if f.num_task_cycles < 1:
-      problems.append('--num_task_cycles must be >= 1.')
+  if sequence:
+    problems.extend(sequence_problems)
   elif f['frames_per_task'].present or f['num_task_cycles'].present:
     problems.append('--frames_per_task / --num_task_cycles need a sequence '
                     '--env (comma-separated tasks).')

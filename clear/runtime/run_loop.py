@@ -458,9 +458,9 @@ def _check_finite(stats, config: run_config_lib.RunConfig):
 
 
 def _log_memory(memory: resources.MemoryWatch, step: int,
-                force: bool = False):
+                force: bool = False) -> bool:
   """Logs and summarises the process tree's memory when `memory` measures
-  it (about once a minute, or `force`)."""
+  it (about once a minute, or `force`); returns whether it did."""
   reading = memory.maybe_measure(force=force)
   if reading is not None:
     tf.summary.scalar('runtime/memory_pss_mb', reading.pss / 1e6, step=step)
@@ -469,11 +469,14 @@ def _log_memory(memory: resources.MemoryWatch, step: int,
     logging.info('memory: %.0f MB (PSS of %d processes; RSS sum %.0f MB), '
                  'peak %.0f MB', reading.pss / 1e6, reading.processes,
                  reading.rss / 1e6, memory.peak.pss / 1e6)
+  return reading is not None
 
 
-def _log_progress(run: _Run, pool, frame_rate, step_rate, total, memory):
+def _log_progress(run: _Run, pool, frame_rate, step_rate, total,
+                  memory) -> bool:
   """Writes the runtime summaries and the progress lines (with `memory`, a
-  `resources.MemoryWatch`, the process tree's memory about once a minute)."""
+  `resources.MemoryWatch`, the process tree's memory about once a minute);
+  returns whether it logged the memory."""
   lc = run.config.learner_config
   fps = frame_rate.measure(run.frames)
   ups = step_rate.measure(run.version)
@@ -505,7 +508,7 @@ def _log_progress(run: _Run, pool, frame_rate, step_rate, total, memory):
                  f'{len(run.buffer) * per_unroll:,}',
                  f'{run.buffer.capacity * per_unroll:,}', unit,
                  run.buffer.nbytes / 1e6)
-  _log_memory(memory, step)
+  return _log_memory(memory, step)
 
 
 def train(config: run_config_lib.RunConfig,
@@ -532,7 +535,8 @@ def train(config: run_config_lib.RunConfig,
     run_lock.LogdirInUse: another live run holds the logdir.
   """
   device = devices.learner_device(config.learner_device)
-  logging.info('Learner on %s.', device)
+  logging.info('Logdir %s; learner on %s.', os.path.abspath(config.logdir),
+               device)
   with tf.device(device):
     lock = run_lock.RunLock.acquire(config.logdir)
     try:
@@ -698,9 +702,12 @@ def _train(config, stop_requested, max_updates, on_start, lock):
         evaluation.maybe_evaluate(force=True)  # The final performance.
       # Every run ends with a progress line and its runtime summaries, also
       # one shorter than the log interval.
+      memory_logged = False
       if logged_at != (run.frames, run.version):
-        _log_progress(run, pool, frame_rate, step_rate, total, memory)
-      _log_memory(memory, run.frames, force=True)  # The peak includes the end.
+        memory_logged = _log_progress(run, pool, frame_rate, step_rate, total,
+                                      memory)
+      if not memory_logged:  # The peak includes the end.
+        _log_memory(memory, run.frames, force=True)
   finally:
     actor_state = _actor_state(pool)
     pool.close()

@@ -43,6 +43,13 @@ class ImpalaPolicy(policy_lib.Policy):
                learner_config: Optional[learner_lib.LearnerConfig] = None,
                seed: int = 0):
     super().__init__(spec)
+    continuous = [key for key, head in spec.action_spec.items()
+                  if not isinstance(head, types.DiscreteSpec)]
+    if continuous:
+      raise ValueError(
+          f'{spec.name} has continuous actions ({", ".join(continuous)}), '
+          'and the IMPALA agent acts on discrete ones: use '
+          '--algorithm=sac or --algorithm=ddpg.')
     self._agent_config = agent_config
     self.agent = agents.make_agent(spec, network=agent_config.network,
                                    core_size=agent_config.core_size,
