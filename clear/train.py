@@ -148,6 +148,8 @@ def _main(argv) -> int:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])} '
                          '(flags start with --).')
+  for warning in flag_help.overridden_by_flagfiles(sys.argv, FLAGS):
+    logging.warning(warning)
   for name in ('logdir', 'init_from', 'record'):  # --logdir=~/x: no shell
     value = getattr(FLAGS, name)                  # expands that ~.
     if value.startswith('~'):

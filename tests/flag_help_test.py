@@ -104,3 +104,31 @@ def test_print_flag_error_prefixes_every_line(capsys):
   assert capsys.readouterr().err.splitlines() == [
       'error: --a is bad.', 'error: --b is bad too.',
       'Run `prog --helpfull` for the flags, grouped by purpose.']
+
+
+def test_a_flag_before_a_flagfile_that_sets_it_is_warned_about(tmp_path):
+  values, _ = grouped_flags()
+  nested = tmp_path / 'nested.flags'
+  nested.write_text('--noinline\n')
+  flagfile = tmp_path / 'run.flags'
+  flagfile.write_text(f'# A comment.\n--num_actors=4\n--flagfile={nested}\n')
+  argv = ['train', '--num_actors=8', '--inline', '--optimizer=rmsprop',
+          f'--flagfile={flagfile}', '--learning_rate=0.1']
+  warnings = flag_help.overridden_by_flagfiles(argv, values)
+  assert warnings == [
+      f'--num_actors=8 comes before --flagfile={flagfile}, which sets '
+      '--num_actors=4: the later one wins. Put --num_actors=8 after '
+      '--flagfile to use it.',
+      f'--inline comes before --flagfile={flagfile}, which sets '
+      '--noinline: the later one wins. Put --inline after --flagfile to use '
+      'it.']
+  # Flags after the file, or that it does not set, and no file: nothing.
+  assert flag_help.overridden_by_flagfiles(
+      ['train', f'--flagfile={flagfile}', '--num_actors=8'], values) == []
+  assert flag_help.overridden_by_flagfiles(
+      ['train', '--optimizer=adam', f'--flagfile={flagfile}'], values) == []
+  assert flag_help.overridden_by_flagfiles(
+      ['train', '--num_actors=8', '--flagfile=/no/such.flags'], values) == []
+  # absl itself: the file's value is the one that holds.
+  values(argv)
+  assert values.num_actors == 4 and not values.inline

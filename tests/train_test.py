@@ -147,6 +147,17 @@ def test_bad_flags_give_one_message_and_no_traceback(args, message):
   assert 'Traceback' not in result.stderr
 
 
+def test_a_flag_overridden_by_a_later_flagfile_is_warned_about(tmp_path):
+  flagfile = tmp_path / 'run.flags'
+  flagfile.write_text('--batch_size=32\n')
+  # Refused afterwards (--log_interval_s), so that nothing trains.
+  result = run_binary('--batch_size=64', f'--flagfile={flagfile}',
+                      '--log_interval_s=0', timeout=120)
+  assert result.returncode == 2
+  assert (f'--batch_size=64 comes before --flagfile={flagfile}, which sets '
+          '--batch_size=32: the later one wins.') in result.stderr
+
+
 def test_impala_on_continuous_actions_points_to_sac_and_ddpg(tmp_path):
   logdir = tmp_path / 'run'
   result = run_binary('--env=gym:Pendulum-v1', f'--logdir={logdir}',

@@ -17,6 +17,7 @@ both for this binary's flags only; `--helpxml` still lists every flag.
 error itself plus a pointer to `--helpfull`.
 """
 
+import os
 import sys
 from typing import Callable, List, NamedTuple, Optional
 
@@ -167,6 +168,60 @@ def print_flag_error(message: str, program: str):
     sys.stderr.write(f'error: {line}\n')
   sys.stderr.write(f'Run `{program} --helpfull` for the flags, grouped by '
                    'purpose.\n')
+
+
+def _arg_flag_name(arg: str) -> Optional[str]:
+  """'--name=value' and '--name' -> 'name' (None for other arguments)."""
+  if not arg.startswith('--') or arg == '--':
+    return None
+  return arg[2:].split('=', 1)[0]
+
+
+def _flagfile_settings(path: str, seen=()) -> dict:
+  """{flag name: its last line} that a flagfile (and the flagfiles it
+  names) sets; {} for one that cannot be read (absl says so)."""
+  settings = {}
+  if path in seen:
+    return settings
+  try:
+    with open(os.path.expanduser(path)) as f:
+      lines = [line.strip() for line in f]
+  except OSError:
+    return settings
+  for line in lines:
+    name = _arg_flag_name(line)
+    if name == 'flagfile':
+      settings.update(_flagfile_settings(line.split('=', 1)[1],
+                                         (*seen, path)))
+    elif name:
+      settings[name] = line
+  return settings
+
+
+def overridden_by_flagfiles(argv: List[str],
+                            flag_values: flags.FlagValues) -> List[str]:
+  """Warnings for flags given before a `--flagfile` that sets them too:
+  absl applies flags in order, so the file's value wins."""
+  warnings = []
+  for i, arg in enumerate(argv):
+    if _arg_flag_name(arg) != 'flagfile' or '=' not in arg:
+      continue
+    path = arg.split('=', 1)[1]
+    settings = _flagfile_settings(path)
+    for earlier in argv[1:i]:
+      name = _arg_flag_name(earlier)
+      if name is None or name == 'flagfile':
+        continue
+      # --noname sets the boolean flag name.
+      base = name[2:] if (name.startswith('no') and name not in flag_values
+                          and name[2:] in flag_values) else name
+      for key in (base, 'no' + base):
+        if key in settings:
+          warnings.append(f'{earlier} comes before --flagfile={path}, which '
+                          f'sets {settings[key]}: the later one wins. Put '
+                          f'{earlier} after --flagfile to use it.')
+          break
+  return warnings
 
 
 def parse_flags_or_exit(flag_values: flags.FlagValues, program: str):
