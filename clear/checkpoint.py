@@ -80,7 +80,7 @@ def read_run_identity(location: str) -> Optional[Dict[str, object]]:
   return saved
 
 
-def _as_json(value):
+def as_json(value):
   """`value` as JSON would read it back; values JSON cannot hold (e.g. an
   injected env factory) compare by repr."""
   return json.loads(json.dumps(value, default=repr, sort_keys=True))
@@ -97,7 +97,7 @@ def verify_run_identity(directory: str, identity: Dict[str, object]
   Raises:
     CheckpointError: naming the fields that differ, or an unreadable file.
   """
-  identity = _as_json(identity)
+  identity = as_json(identity)
   saved = read_run_identity(directory)
   if saved is None:
     return None
@@ -113,26 +113,30 @@ def verify_run_identity(directory: str, identity: Dict[str, object]
 
 
 def write_run_identity(directory: str, identity: Dict[str, object],
-                       settings: Optional[Dict[str, object]] = None):
-  """Records `identity` (and `settings`) in the run.json of `directory`.
+                       settings: Optional[Dict[str, object]] = None,
+                       extra: Optional[Dict[str, object]] = None):
+  """Records `identity` (and `settings`, and `extra`) in the run.json of
+  `directory`.
 
   `settings` (learner settings a resume may change, such as the batch size)
-  go under SETTINGS_KEY, replaced on every start, so the file holds the
-  ones the run last ran with; an identity already recorded is kept as it
-  is. The file is replaced atomically (a temporary file, then a rename),
-  and not rewritten when nothing changes.
+  go under SETTINGS_KEY, and each key of `extra` at the top level, replaced
+  on every start, so the file holds the ones the run last ran with; an
+  identity already recorded is kept as it is. The file is replaced
+  atomically (a temporary file, then a rename), and not rewritten when
+  nothing changes.
 
   Raises:
     CheckpointError: run.json records another identity.
   """
   saved = verify_run_identity(directory, identity)
-  identity, settings = _as_json((identity, settings))
+  identity, settings, extra = as_json((identity, settings, extra or {}))
   if saved is not None:
-    if settings is None or saved.get(SETTINGS_KEY) == settings:
+    if ((settings is None or saved.get(SETTINGS_KEY) == settings) and
+        all(saved.get(k) == v for k, v in extra.items())):
       return
     identity = saved  # Keeps what the run recorded beside its identity.
-  record = (identity if settings is None
-            else {**identity, SETTINGS_KEY: settings})
+  record = ({**identity, **extra} if settings is None
+            else {**identity, **extra, SETTINGS_KEY: settings})
   os.makedirs(directory, exist_ok=True)
   path = os.path.join(directory, RUN_FILE)
   tmp = f'{path}.{os.getpid()}.tmp'

@@ -123,8 +123,6 @@ def test_a_sequence_trains_each_task_on_its_own_envs(tmp_path, backend):
     (['--log_interval_s=0'], '--log_interval_s must be > 0'),
     (['--num_actors=500'], '--num_actors=500 would start that many'),
     (['--env=atari:Pong,'], 'entry 2 of the sequence is empty'),
-    (['--env=gym:CartPole-v1,gym:Acrobot-v1,gym:CartPole-v1',
-      '--frames_per_task=10'], '--env names gym:CartPole-v1 twice'),
     (['--env=gym:CartPole-v1,gym:Acrobot-v1', '--frames_per_task=10',
       '--num_task_cycles=-1'], '--num_task_cycles must be >= 1 (got -1)'),
     (['--env=gym:CartPole-v1,gym:Acrobot-v1', '--frames_per_task=-5'],
@@ -145,6 +143,33 @@ def test_bad_flags_give_one_message_and_no_traceback(args, message):
                        'flags, grouped by purpose.')
   assert len(lines) <= 3, lines
   assert 'Traceback' not in result.stderr
+
+
+def test_a_resume_that_changes_settings_says_so_and_keeps_the_seed(
+    tmp_path):
+  logdir = tmp_path / 'run'
+  common = ['--env=gym:CartPole-v1', '--backend=inline', f'--logdir={logdir}',
+            '--envs_per_actor=4']
+  result = run_binary(*common, '--total_environment_frames=1000', '--seed=3',
+                      timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  first = json.loads((logdir / 'run.json').read_text())
+  assert first['flags']['seed'] == 3 and 'history' not in first
+  assert first['flags']['replay_proportion'] == 0.5
+  result = run_binary(*common, '--total_environment_frames=2000', '--seed=5',
+                      '--replay_proportion=0', timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert (f'--seed=5: the run in {logdir} was started with --seed=3, which '
+          'a resume keeps') in result.stderr
+  assert ('This resume changes --replay_proportion from 0.5 to 0.0, '
+          '--total_environment_frames from 1000 to 2000') in result.stderr
+  second = json.loads((logdir / 'run.json').read_text())
+  assert second['flags']['seed'] == 3
+  assert second['flags']['replay_proportion'] == 0.0
+  [change] = second['history']
+  assert change['changes'] == {'replay_proportion': [0.5, 0.0],
+                               'total_environment_frames': [1000, 2000]}
+  assert change['frames'] >= 1000
 
 
 def test_a_flag_overridden_by_a_later_flagfile_is_warned_about(tmp_path):
@@ -240,7 +265,8 @@ def test_unknown_game_gives_one_message_and_no_traceback(tmp_path):
      '--replay_proportion applies to --algorithm=impala only'),
     (['--tau=0.1'], '--tau applies to --algorithm=ddpg/sac, not impala'),
     (['--algorithm=ppg', '--clip_ratio=-1'], 'clip_ratio must be > 0'),
-    (['--env=gym:CartPole-v1,gym:Acrobot-v1'], '--frames_per_task >= 1'),
+    (['--env=gym:CartPole-v1,gym:Acrobot-v1'],
+     '--frames_per_task must be >= 1'),
     (['--frames_per_task=100'], 'need a sequence --env'),
     (['--env=gym:CartPole-v1,gym:Acrobot-v1', '--frames_per_task=100',
       '--total_environment_frames=150'], 'leave it unset for a sequence'),
@@ -264,6 +290,17 @@ def test_validate_rejects_impossible_combinations(args, message):
     flags.FLAGS(['train'] + args)
     with pytest.raises(train.app.UsageError, match=re.escape(message)):
       validation.validate(flags.FLAGS)
+
+
+def test_a_task_named_twice_in_a_sequence_is_said_to_be_one_task(caplog):
+  with flagsaver.flagsaver():
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--env=minatar:Breakout,minatar:Asterix,'
+                 'minatar:Breakout', '--frames_per_task=200'])
+    validation.validate(flags.FLAGS)
+  assert ('--env names minatar:Breakout 2 times: they are one task (one set '
+          'of envs, one evaluation curve, one set of metrics), trained in '
+          'segments 1, 3 of each cycle.') in caplog.text
 
 
 def test_validate_accepts_the_defaults_and_fills_family_defaults():
@@ -425,9 +462,12 @@ def test_init_from_takes_the_env_and_network_of_its_source(cartpole_v0_run,
     source = json.load(f)
   with open(os.path.join(logdir, 'run.json')) as f:
     made = json.load(f)
-  # The same env and network; the learner settings are the new run's own.
+  # The same env and network; the learner settings and the flags are the
+  # new run's own.
   settings = made.pop('settings')
   source.pop('settings')
+  assert made.pop('flags')['init_from'] == cartpole_v0_run
+  source.pop('flags', None)
   assert made == source
   assert (settings['batch_size'], settings['total_environment_frames'],
           settings['envs_per_actor']) == (4, 200, 4)

@@ -67,6 +67,27 @@ def torso_norm(f) -> str:
   return 'none'
 
 
+# clear.train flags that do not shape the run (where it is, what test mode
+# plays): left out of run.json's record of the flags.
+UNRECORDED_FLAGS = ('mode', 'logdir', 'record', 'record_overwrite',
+                    'test_num_episodes')
+
+
+def recorded_flags(f) -> dict:
+  """The values of clear.train's own flags (`cli_flags.FLAG_GROUPS`) that
+  shape the run, by name, after the run's recorded settings were kept."""
+  names = [name for group in cli_flags.FLAG_GROUPS.groups()
+           for name in group.names if name not in UNRECORDED_FLAGS]
+  family = defaults.FAMILY_DEFAULTS.get(defaults.env_family(f.env))
+  values = {}
+  for name in names:
+    value = f[name].value
+    if value is None and family is not None and name in family._fields:
+      value = defaults.family_default(f, name)  # What the run uses.
+    values[name] = value
+  return values
+
+
 def config_from_flags(f) -> run_config_lib.RunConfig:
   env_options = env_options_from_flags(f)
   if f.algorithm != 'impala':
@@ -129,4 +150,4 @@ def config_from_flags(f) -> run_config_lib.RunConfig:
       num_task_cycles=f.num_task_cycles,
       eval_interval_frames=f.eval_interval_frames,
       eval_episodes=f.eval_episodes, eval_max_steps=f.eval_max_steps,
-      evaluator=f.evaluator)
+      evaluator=f.evaluator, flags=recorded_flags(f))

@@ -179,12 +179,15 @@ def keep_run_settings(f) -> None:
   before runs recorded them gets a warning naming the values used now.
   Call it before `validate`, so that the values kept are checked against
   the flags given."""
-  known_family = defaults.env_family(f.env) in defaults.FAMILY_DEFAULTS
-  if f.mode != 'train' or f.algorithm != 'impala' or not known_family:
-    return  # An unknown family: validate names it.
+  if f.mode != 'train':
+    return
   saved = checkpoint_lib.read_run_identity(f.logdir)
   if saved is None or saved.get('env', f.env) != f.env:
     return  # A new run, or another env: refused with the identity check.
+  keep_seed(f, saved)
+  known_family = defaults.env_family(f.env) in defaults.FAMILY_DEFAULTS
+  if f.algorithm != 'impala' or not known_family:
+    return  # An unknown family: validate names it.
   unset = [name for name in run_config_lib.RECORDED_SETTINGS
            if not f[name].present and not (
                name == 'total_environment_frames' and ',' in f.env)]
@@ -218,6 +221,20 @@ def keep_run_settings(f) -> None:
   if kept:
     logging.info('Resuming with the settings %s records: %s. Give the '
                  'flags to change them.', path, ', '.join(kept))
+
+
+def keep_seed(f, saved: dict):
+  """A resume keeps the seed its run.json records (its random streams go
+  on), saying so when --seed names another."""
+  recorded = saved.get('flags', {}).get('seed') if isinstance(
+      saved.get('flags'), dict) else None
+  if not isinstance(recorded, int) or recorded == f.seed:
+    return
+  if f['seed'].present:
+    logging.warning('--seed=%d: the run in %s was started with --seed=%d, '
+                    'which a resume keeps; use a new --logdir for another '
+                    'seed.', f.seed, f.logdir, recorded)
+  f.seed = recorded
 
 
 def read_run_settings(f) -> Optional[RunSettings]:

@@ -10,6 +10,7 @@ import math
 import os
 
 from absl import app
+from absl import logging
 
 from clear.algorithms import registry
 from clear.cli import configs
@@ -142,10 +143,12 @@ def _sequence_problems(f):
   if empty:
     return [f'--env={f.env!r}: entry {empty[0]} of the sequence is empty; '
             'name a task between every two commas.']
-  repeated = sorted({name for name in entries if entries.count(name) > 1})
-  if repeated:
-    problems.append(f'--env names {repeated[0]} twice: a sequence\'s tasks '
-                    'are distinct; --num_task_cycles trains them again.')
+  for name in sorted({name for name in entries if entries.count(name) > 1}):
+    visits = [str(i + 1) for i, entry in enumerate(entries) if entry == name]
+    logging.warning(
+        '--env names %s %d times: they are one task (one set of envs, one '
+        'evaluation curve, one set of metrics), trained in segments %s of '
+        'each cycle.', name, len(visits), ', '.join(visits))
   if f.frames_per_task < 1:
     problems.append(f'--frames_per_task must be >= 1 for a sequence --env '
                     f'(got {f.frames_per_task}).')

@@ -60,6 +60,8 @@ class RunConfig(NamedTuple):
     evaluator: where evaluations are played: 'learner', 'process' (one of
       their own, beside the learner) or 'auto' (the learner with inline
       actors, else a process; `clear.runtime.evaluation_process`).
+    flags: the `clear.train` flag values the config was made from, by
+      name, recorded in run.json (None for a config made otherwise).
   """
   env_name: str
   env_options: dict
@@ -92,6 +94,7 @@ class RunConfig(NamedTuple):
   eval_episodes: int = 10
   eval_max_steps: int = 27_000
   evaluator: str = 'auto'
+  flags: Optional[Dict[str, object]] = None
 
 
 def env_spec(config: RunConfig):

@@ -151,8 +151,36 @@ class _Run:
     if not self.accepted:
       checkpoint_lib.write_run_identity(
           self.config.logdir, run_config_lib.run_identity(self.config),
-          run_config_lib.run_settings(self.config))
+          run_config_lib.run_settings(self.config), self._flag_record())
       self.accepted = True
+
+  def _flag_record(self) -> dict:
+    """run.json's `flags` (what `clear.train` ran with, this start) and
+    `history` (each resume that changed some: when, at what frames, from
+    what to what), said in the log."""
+    flags = self.config.flags
+    if not flags:
+      return {}
+    saved = checkpoint_lib.read_run_identity(self.config.logdir) or {}
+    history = saved.get('history')
+    history = list(history) if isinstance(history, list) else []
+    before = saved.get('flags')
+    if isinstance(before, dict):
+      changes = {name: [before[name], value]
+                 for name, value in checkpoint_lib.as_json(flags).items()
+                 if name in before and before[name] != value}
+      if changes:
+        logging.warning(
+            'This resume changes %s (the run ran with the flags before; '
+            'run.json keeps the history).', ', '.join(
+                f'--{name} from {old!r} to {new!r}'
+                for name, (old, new) in changes.items()))
+        history.append({'time': time.strftime('%Y-%m-%d %H:%M:%S'),
+                        'frames': self.frames, 'changes': changes})
+    record = {'flags': flags}
+    if history:
+      record['history'] = history
+    return record
 
   @property
   def run_time_s(self) -> float:
