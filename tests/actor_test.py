@@ -2,6 +2,7 @@
 
 import collections
 import os
+import re
 import signal
 import time
 
@@ -168,10 +169,10 @@ def test_unroll_length_must_be_positive():
 
 
 def pool_config(**kwargs):
-  return actor_worker.ActorPoolConfig(
-      env_name='gym:CartPole-v1', env_options={}, envs_per_actor=4,
-      algorithm='impala', agent_config=policy_lib.AgentConfig('mlp', 8),
-      unroll_length=5, **{'num_actors': 2, **kwargs})
+  return actor_worker.ActorPoolConfig(**{
+      'env_name': 'gym:CartPole-v1', 'env_options': {}, 'envs_per_actor': 4,
+      'algorithm': 'impala', 'agent_config': policy_lib.AgentConfig('mlp', 8),
+      'unroll_length': 5, 'num_actors': 2, **kwargs})
 
 
 def wait_for(pool, predicate, timeout=60.0):
@@ -222,6 +223,33 @@ def test_local_pool_delivers_versioned_unrolls_restarts_and_cleans_up():
   assert not left, [p.cmdline() for p in left]
   assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE
                  for c in children)
+
+
+def test_an_actor_that_cannot_start_backs_off_and_says_why(caplog):
+  env = envs.make('gym:CartPole-v1')
+  weights = registry.make_policy(
+      'impala', env.spec, policy_lib.AgentConfig('mlp', 8)).get_weights()
+  env.close()
+  # The learner's env is fine; the actor's cannot be built.
+  config = pool_config(num_actors=1, max_restarts=2,
+                       env_options={'no_such_option': 1})
+  pool = actor_pool.LocalActorPool(config, [w.shape for w in weights])
+  try:
+    pool.publish(weights, 0)
+    with pytest.raises(actor_pool.ActorFailure) as failure:
+      deadline = time.time() + 120
+      while time.time() < deadline:
+        assert pool.get(timeout=0.2) is None
+  finally:
+    pool.close()
+  # The last death names what the actor said.
+  message = str(failure.value)
+  assert 'more than max_restarts=2 (last: actor 0, ' in message
+  assert '; it said: ValueError: Unknown' in message
+  assert 'no_such_option' in message
+  # Each death before a first unroll waits twice as long as the one before.
+  waits = re.findall(r'it starts again in ([\d.]+) s', caplog.text)
+  assert waits == ['0.5', '1.0']
 
 
 class FakeRayForTest:

@@ -55,6 +55,25 @@ class _FatalActorError(NamedTuple):
   message: str
 
 
+class _LastWords(NamedTuple):
+  """Sent by an actor process as an exception ends it: what it said."""
+  actor_id: int
+  message: str
+
+
+# A dead actor that had delivered nothing since it started waits this long
+# before it starts again, doubled with each such death in a row, up to
+# `MAX_BACKOFF_S`: an actor that cannot start does not spin.
+BACKOFF_S = 0.5
+MAX_BACKOFF_S = 30.0
+
+
+def _last_words(error: BaseException) -> str:
+  """The exception's type and message, on one line."""
+  text = ' '.join(str(error).split())
+  return f'{type(error).__name__}: {text}' if text else type(error).__name__
+
+
 # --- Local processes ---------------------------------------------------------
 
 
@@ -188,10 +207,17 @@ def _actor_process(config, switch_number, actor_id, generation, shared, task,
     return
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   devices.hide_accelerators()  # Born without GPUs too; see `_start`.
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  tf.config.threading.set_intra_op_parallelism_threads(1)
-  tf.config.threading.set_inter_op_parallelism_threads(1)
-  worker = actor_worker.ActorWorker(config, actor_id, generation)
+  try:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    worker = actor_worker.ActorWorker(config, actor_id, generation)
+  except Exception as e:  # Said to the learner, then raised (exit 1).
+    try:
+      connection.send(_LastWords(actor_id, _last_words(e)))
+    except (BrokenPipeError, EOFError, OSError):
+      pass
+    raise
   worker.switch_number = switch_number
   version = -1
   try:
@@ -216,8 +242,14 @@ def _actor_process(config, switch_number, actor_id, generation, shared, task,
       version = new_version
       # Blocks while the learner is busy.
       connection.send((worker.switch_number, trajectories))
-  except (KeyboardInterrupt, BrokenPipeError, EOFError, OSError):
+  except (KeyboardInterrupt, BrokenPipeError, EOFError):
     pass  # The learner closed the pipe or the user interrupted.
+  except Exception as e:  # Said to the learner, then raised (exit 1).
+    try:
+      connection.send(_LastWords(actor_id, _last_words(e)))
+    except (BrokenPipeError, EOFError, OSError):
+      return  # The learner closed the pipe: nothing to say.
+    raise
   finally:
     worker.close()
 
@@ -240,6 +272,10 @@ class LocalActorPool:
     self._stop = _StopFlag(self._ctx)
     self._generations = [0] * config.num_actors
     self.num_restarts = 0
+    self._last_words = [''] * config.num_actors  # What each said as it died.
+    self._delivered = [False] * config.num_actors  # Since its last start.
+    self._quick_deaths = [0] * config.num_actors  # Such deaths in a row.
+    self._waiting = {}  # Dead actor -> monotonic time it may start again.
     self._processes = [None] * config.num_actors
     self._entered = [None] * config.num_actors  # See `_actor_process`.
     self._connections = [None] * config.num_actors
@@ -263,6 +299,8 @@ class LocalActorPool:
     writer.close()  # The child holds its own copy.
     self._processes[actor_id] = process
     self._connections[actor_id] = reader
+    self._delivered[actor_id] = False
+    self._last_words[actor_id] = ''
 
   def publish(self, weights, version):
     self._shared.write(weights, version)
@@ -277,29 +315,55 @@ class LocalActorPool:
     self._task.write(self._switch)
 
   def _restart(self, actor_id, reason):
+    """Counts a dead actor and starts it again: at once if it had delivered
+    an unroll since its start, else after a back-off (`BACKOFF_S`)."""
     process = self._processes[actor_id]
     if process.is_alive():
       process.kill()
     process.join(5)
     self._connections[actor_id].close()
+    if self._last_words[actor_id]:
+      reason += f'; it said: {self._last_words[actor_id]}'
     self.num_restarts += 1
-    logging.warning('Actor %d died (%s); restart %d of at most %d.', actor_id,
-                    reason, self.num_restarts, self.config.max_restarts)
+    logging.warning('Actor %d (PID %s) died (%s); restart %d of at most %d.',
+                    actor_id, process.pid, reason, self.num_restarts,
+                    self.config.max_restarts)
     if self.num_restarts > self.config.max_restarts:
       raise ActorFailure(
           f'Actors died {self.num_restarts} times, more than '
-          f'max_restarts={self.config.max_restarts} (last: {reason}). See '
-          'the actor logs above.')
+          f'max_restarts={self.config.max_restarts} (last: actor {actor_id}, '
+          f'{reason}).')
     self._generations[actor_id] += 1
-    self._start(actor_id)
+    if self._delivered[actor_id]:
+      self._quick_deaths[actor_id] = 0
+      self._start(actor_id)
+      return
+    self._quick_deaths[actor_id] += 1
+    delay = min(MAX_BACKOFF_S,
+                BACKOFF_S * 2 ** (self._quick_deaths[actor_id] - 1))
+    logging.warning('Actor %d died before delivering an unroll; it starts '
+                    'again in %.1f s.', actor_id, delay)
+    self._waiting[actor_id] = time.monotonic() + delay
 
   def restart_dead_actors(self):
-    """Restarts actors that died; raises ActorFailure past the limit."""
+    """Restarts actors that died (and starts those whose back-off is over);
+    raises ActorFailure past the limit."""
     if self._stop.is_set():
       return
+    now = time.monotonic()
+    for actor_id, due in list(self._waiting.items()):
+      if now >= due:
+        del self._waiting[actor_id]
+        self._start(actor_id)
     for actor_id, process in enumerate(self._processes):
+      if actor_id in self._waiting:
+        continue
       if not process.is_alive() and not self._connections[actor_id].poll():
         self._restart(actor_id, f'exit code {process.exitcode}')
+
+  def _live_connections(self):
+    return [c for i, c in enumerate(self._connections)
+            if i not in self._waiting]
 
   def get(self, timeout: float = 1.0) -> Optional[actor_lib.Trajectories]:
     """The next trajectories of the current task, or None if none came
@@ -317,7 +381,11 @@ class LocalActorPool:
   def _receive(self, timeout: float):
     """The next (switch number, trajectories) from any actor, or None."""
     self.restart_dead_actors()
-    ready = mp.connection.wait(self._connections, timeout)
+    connections = self._live_connections()
+    if not connections:  # Every actor waits out a back-off.
+      time.sleep(min(timeout, 0.1))
+      return None
+    ready = mp.connection.wait(connections, timeout)
     if not ready:
       return None
     # Serve actors in turn so that none starves.
@@ -333,6 +401,10 @@ class LocalActorPool:
       return None
     if isinstance(received, _FatalActorError):
       raise ActorFailure(f'Actor {received.actor_id}: {received.message}')
+    if isinstance(received, _LastWords):  # Its death is seen next.
+      self._last_words[actor_id] = received.message
+      return None
+    self._delivered[actor_id] = True
     return received
 
   @property
