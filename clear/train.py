@@ -129,10 +129,11 @@ def run_test(config: run_config_lib.RunConfig, num_episodes: int,
                    indent=2), flush=True)
   try:
     path = evaluation_lib.write_test_results(config.logdir, summary)
-  except OSError as e:
+  except (OSError, ValueError) as e:
+    reason = e.strerror if isinstance(e, OSError) and e.strerror else e
     print(f'warning: the results above were not written to '
           f'{os.path.join(config.logdir, evaluation_lib.TEST_RESULTS_FILE)} '
-          f'({e.strerror or e}).', file=sys.stderr)
+          f'({reason}).', file=sys.stderr)
   else:
     logging.info('Test results written to %s.', path)
   if record_path:

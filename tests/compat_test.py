@@ -179,8 +179,7 @@ def test_logdir_of_an_earlier_version_tests_and_resumes(name, tmp_path):
   assert tested.returncode == 0, err[-3000:]
   assert 'Traceback' not in err
   printed = json.loads(out)
-  with open(os.path.join(test_logdir, evaluation.TEST_RESULTS_FILE)) as f:
-    written = json.load(f)
+  [written] = evaluation.read_test_results(test_logdir)
   assert printed['checkpoint'].endswith(os.path.join('checkpoints', 'ckpt-1'))
   if ',' in printed['env']:  # A sequence plays every task.
     assert sorted(printed['tasks']) == sorted(printed['env'].split(','))

@@ -2,6 +2,7 @@
 
 import glob
 import json
+import multiprocessing
 import os
 import time
 
@@ -191,6 +192,31 @@ def test_init_from_loads_only_the_part_asked_for(tmp_path):
     run_loop._Run(other)
 
 
+def _write_results(logdir, index):
+  evaluation.write_test_results(logdir, {'env': 'x', 'num_episodes': index})
+
+
+def test_test_results_are_kept_beside_the_earlier_ones(tmp_path):
+  logdir = str(tmp_path)
+  with open(os.path.join(logdir, 'test_results.json'), 'w') as f:
+    json.dump({'env': 'x', 'num_episodes': -1}, f)  # An earlier version's.
+  # Twelve test runs from four processes at once: none is lost.
+  ctx = multiprocessing.get_context('spawn')
+  with ctx.Pool(4) as pool:
+    pool.starmap(_write_results, [(logdir, i) for i in range(12)])
+  runs = evaluation.read_test_results(logdir)
+  assert runs[0] == {'env': 'x', 'num_episodes': -1}
+  assert sorted(r['num_episodes'] for r in runs[1:]) == list(range(12))
+  assert all(r['time'] for r in runs[1:])
+  assert os.listdir(logdir) == ['test_results.json']  # No leftovers.
+  with open(os.path.join(logdir, 'test_results.json'), 'w') as f:
+    f.write('[1, 2]')
+  with pytest.raises(ValueError, match='holds no test runs'):
+    evaluation.write_test_results(logdir, {'env': 'x'})
+  with open(os.path.join(logdir, 'test_results.json')) as f:
+    assert f.read() == '[1, 2]'  # Left as it was.
+
+
 def test_evaluate_writes_the_summary_json(tmp_path):
   config = make_config(tmp_path, backend='inline')
   run_loop.train(config, max_updates=2)
@@ -199,8 +225,8 @@ def test_evaluate_writes_the_summary_json(tmp_path):
   path = evaluation.write_test_results(config.logdir, summary)
   assert path == os.path.join(str(tmp_path), 'test_results.json')
   with open(path) as f:
-    written = json.load(f)
-  assert written['num_episodes'] == 5
+    [written] = json.load(f)['runs']
+  assert written['num_episodes'] == 5 and written['time']
   returns = np.asarray(written['returns'])
   assert len(returns) == 5
   np.testing.assert_allclose(written['mean'], returns.mean())

@@ -86,7 +86,7 @@ def test_cartpole_learns_stops_on_sigterm_resumes_and_tests(tmp_path):
                       '--test_num_episodes=10')
   assert tested.returncode == 0, tested.stderr[-3000:]
   with open(os.path.join(logdir, 'test_results.json')) as f:
-    results = json.load(f)
+    [results] = json.load(f)['runs']
   assert results['num_episodes'] == 10
   assert results['mean'] > 100, results
 

@@ -12,9 +12,11 @@
     recorded as a GIF or an MP4.
 """
 
+import fcntl
 import json
 import logging
 import os
+import time
 from typing import Dict, List, NamedTuple, Optional
 
 import numpy as np
@@ -385,14 +387,55 @@ def record_episodes(config: run_config_lib.RunConfig,
 
 
 def write_test_results(logdir: str, summary: dict) -> str:
-  """Writes `evaluate`'s summary to `logdir/test_results.json` (atomically:
-  a temporary file, then a rename); returns the path.
+  """Adds `evaluate`'s summary, with the time, to the list of test runs in
+  `logdir/test_results.json` (`{"runs": [...]}`, oldest first; a file of
+  the single-summary form earlier versions wrote becomes the list's first
+  entry). Test runs at the same time take turns (an OS lock on the logdir),
+  and the file is replaced atomically (a temporary file, then a rename), so
+  no result is lost or half-written. Returns the path.
 
   Raises:
     OSError: the file cannot be written.
   """
   out = os.path.join(logdir, TEST_RESULTS_FILE)
-  with open(out + '.tmp', 'w') as f:
-    json.dump(summary, f, indent=2)
-  os.replace(out + '.tmp', out)
+  entry = {'time': time.strftime('%Y-%m-%d %H:%M:%S'), **summary}
+  directory = os.open(logdir, os.O_RDONLY)
+  try:
+    fcntl.flock(directory, fcntl.LOCK_EX)
+    runs = read_test_results(logdir)
+    tmp = f'{out}.{os.getpid()}.tmp'
+    try:
+      with open(tmp, 'w') as f:
+        json.dump({'runs': runs + [entry]}, f, indent=2)
+      os.replace(tmp, out)
+    except BaseException:
+      if os.path.exists(tmp):
+        os.remove(tmp)
+      raise
+  finally:
+    os.close(directory)  # Releases the lock.
   return out
+
+
+def read_test_results(logdir: str) -> List[dict]:
+  """The test runs recorded in `logdir/test_results.json`, oldest first
+  ([] without the file; one entry for a file of the earlier single-summary
+  form).
+
+  Raises:
+    OSError: the file cannot be read.
+    ValueError: it is not a test results JSON.
+  """
+  path = os.path.join(logdir, TEST_RESULTS_FILE)
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    try:
+      value = json.load(f)
+    except ValueError as e:
+      raise ValueError(f'{path} is not JSON ({e}); move it away.') from None
+  if isinstance(value, dict) and isinstance(value.get('runs'), list):
+    return value['runs']
+  if isinstance(value, dict) and 'env' in value:
+    return [value]  # Written by an earlier version: one test run.
+  raise ValueError(f'{path} holds no test runs; move it away.')
