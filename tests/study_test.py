@@ -251,9 +251,12 @@ def test_a_study_stopped_with_sigint_continues_where_it_stopped(tmp_path):
   with open(path, 'w') as f:
     f.write(text)
   env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='2')
+  # Started as a shell starts a background job: with SIGINT ignored. The
+  # study stops on SIGTERM, as on Ctrl-C.
   process = subprocess.Popen(
       study_command('run', path, '--parallel=1'), cwd=str(tmp_path), env=env,
-      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
   lines = []
   stopped = False
   deadline = time.time() + 400
@@ -270,7 +273,7 @@ def test_a_study_stopped_with_sigint_continues_where_it_stopped(tmp_path):
         runs = [p for p in psutil.process_iter(['cmdline', 'nice'])
                 if logdir in (p.info['cmdline'] or [])]
         assert [p.info['nice'] for p in runs] == [0]
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signal.SIGTERM)
         stopped = True
         break
     except FileNotFoundError:

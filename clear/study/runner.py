@@ -17,9 +17,9 @@ A task:
     it for a moment), then starts `clear.train` in a session of its own,
     its output appended to `<root>/.study/<label>.log`, and killed with
     the task's worker if that dies (the node is lost);
-  * polls the study's stop flag: when `run` is interrupted, it sends the
-    process one SIGINT, so the run writes its final checkpoint, and waits
-    for it to end;
+  * polls the study's stop flag: when `run` is interrupted (Ctrl-C, SIGINT
+    or SIGTERM), it sends the process one SIGINT, so the run writes its
+    final checkpoint, and waits for it to end;
   * records how the process ended (`clear.study.state.record_exit`).
 """
 
@@ -225,11 +225,27 @@ def run_study(study: spec_lib.Study, runs: Sequence[spec_lib.Run],
              _node_ip_address='127.0.0.1', num_cpus=parallel, num_gpus=0,
              log_to_driver=False, logging_level=logging.ERROR)
     cpus, gpus = 1, 0
+  _stop_on_signals()  # After ray.init, which sets handlers of its own.
   try:
     return _schedule(ray, todo, extra, parallel, cpus, gpus,
                      progress_interval_s, say)
   finally:
     ray.shutdown()
+
+
+def _interrupt(signum, frame):
+  del signum, frame
+  raise KeyboardInterrupt
+
+
+def _stop_on_signals():
+  """SIGINT and SIGTERM both stop the study as Ctrl-C does, also when it
+  was started in the background (where SIGINT comes ignored)."""
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    try:
+      signal.signal(signum, _interrupt)
+    except ValueError:  # Not the main thread: the caller decides.
+      pass
 
 
 def _make_remote(ray):
