@@ -354,20 +354,10 @@ def eval_noise(run: Run) -> Dict[str, dict]:
 
 def check_baselines(runs: Sequence[Run],
                     baselines: Optional[metrics_lib.Baselines]):
-  """Raises ValueError naming the tasks of a run (with a task schedule)
-  that `baselines` has no random and single-task returns for."""
-  if baselines is None:
-    return
-  for run in runs:
-    if run.schedule is None:
-      continue
-    missing = [task for task in run.schedule.unique_task_names
-               if task not in baselines.normalization]
-    if missing:
-      raise ValueError(
-          f'the baselines have no {", ".join(missing)} (tasks of '
-          f'{run.label}); every task of a run needs its random and '
-          f'single-task returns, or none is normalised.')
+  """`metrics_lib.check_coverage` of the runs with a task schedule."""
+  metrics_lib.check_coverage(baselines, {
+      run.label: run.schedule.unique_task_names for run in runs
+      if run.schedule is not None})
 
 
 def continual_metrics(runs: Sequence[Run],
@@ -644,20 +634,6 @@ def load_runs(logdirs: Sequence[str],
                      f'logdirs.')
   return [load_run(logdir, labels[i] if labels else None, tag_prefix,
                    train_tag_prefix) for i, logdir in enumerate(logdirs)]
-
-
-def render(logdirs: Sequence[str], out: str,
-           labels: Optional[Sequence[str]] = None, tag_prefix: str = 'eval/',
-           train_tag_prefix: str = 'episode/', smoothing: float = 0.6,
-           dpi: int = 100) -> str:
-  """Loads the runs in `logdirs` and draws them into `out`; returns `out`.
-
-  Raises:
-    ValueError: as `load_runs`, or no curves.
-    ImportError: matplotlib is missing.
-  """
-  runs = load_runs(logdirs, labels, tag_prefix, train_tag_prefix)
-  return plot_runs(runs, out, smoothing=smoothing, dpi=dpi)
 
 
 def _define_flags():

@@ -86,11 +86,12 @@ def test_extraction_returns_the_written_values(runs):
 def test_render_two_runs(runs, tmp_path):
   logdirs, _ = runs
   out = str(tmp_path / 'figs' / 'compare.png')
-  assert plot.render(logdirs, out, labels=['replay 50%', 'replay 0%']) == out
+  assert plot.plot_runs(plot.load_runs(
+      logdirs, ['replay 50%', 'replay 0%']), out) == out
   # Two task panels and the training panel: 3 columns of 4.2 x 3.0 inches.
   assert _png_size(out) == (420 * 3, 300)
   with pytest.raises(ValueError, match='2 names for 1 logdirs'):
-    plot.render(logdirs[:1], out, labels=['a', 'b'])
+    plot.load_runs(logdirs[:1], ['a', 'b'])
 
 
 def test_eval_history_and_normalised_curve_from_event_files(runs):
@@ -176,15 +177,15 @@ def test_render_with_baselines_adds_the_summary_panel(runs, tmp_path):
 def test_missing_logdir_and_empty_logdir(tmp_path):
   missing = str(tmp_path / 'nope')
   with pytest.raises(ValueError, match=r"--logdir '.*nope' does not exist"):
-    plot.render([missing], str(tmp_path / 'x.png'))
+    plot.load_runs([missing])
   with pytest.raises(ValueError, match='No TensorBoard event files'):
-    plot.render([str(tmp_path)], str(tmp_path / 'x.png'))
+    plot.load_runs([str(tmp_path)])
 
 
 def test_missing_matplotlib_says_how_to_install(runs, tmp_path, monkeypatch):
   monkeypatch.setitem(sys.modules, 'matplotlib', None)
   with pytest.raises(ImportError, match=r'pip install "clear-rl\[plot\]"'):
-    plot.render(runs[0][:1], str(tmp_path / 'x.png'))
+    plot.plot_runs(plot.load_runs(runs[0][:1]), str(tmp_path / 'x.png'))
 
 
 def test_resumed_run_drops_overwritten_points(tmp_path):

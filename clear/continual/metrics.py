@@ -568,6 +568,22 @@ def baselines_json(baselines: Baselines, notes: Sequence[str] = ()) -> dict:
   return {'tasks': tasks, 'notes': list(notes)}
 
 
+def check_coverage(baselines: Optional[Baselines],
+                   tasks_by_run: Dict[str, Sequence[str]]):
+  """Raises ValueError naming the tasks of a run (label -> its tasks) that
+  `baselines` has no random and single-task returns for: every task of a
+  run is normalised, or none (nothing to check without baselines)."""
+  if baselines is None:
+    return
+  for label, tasks in tasks_by_run.items():
+    missing = [task for task in tasks if task not in baselines.normalization]
+    if missing:
+      raise ValueError(
+          f'the baselines have no {", ".join(missing)} (tasks of {label}); '
+          'every task of a run needs its random and single-task returns, '
+          'or none is normalised.')
+
+
 def read_baselines(path: str) -> Baselines:
   """The `Baselines` in a JSON file written from `baselines_json`.
 
