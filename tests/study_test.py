@@ -49,8 +49,13 @@ root = "runs/single"
 [references.runs."gym:CartPole-v1"]
 flagfile = "single.flags"
 ''')
-  study = spec_lib.load(path, root=str(tmp_path / 'elsewhere'))
+  # Under another root than the file's, runs are not kept: the study's kept
+  # runs neither stand for them nor get replaced by them.
+  elsewhere = spec_lib.load(path, root=str(tmp_path / 'elsewhere'))
+  assert {r.keep for r in elsewhere.runs} == {''}
   root = str(tmp_path / 'elsewhere')
+  assert elsewhere.runs[1].flags[-1] == f'--logdir={root}/a_s0'
+  study = spec_lib.load(path, root=os.path.join(os.getcwd(), 'runs/seq'))
   assert [r.label for r in study.runs] == ['CartPole-v1', 'a_s0', 'a_s1',
                                           'b_s3']
   reference, a0 = study.runs[0], study.runs[1]
@@ -60,7 +65,8 @@ flagfile = "single.flags"
                                           'CartPole-v1')
   assert a0.flags == (
       '--frames_per_task=100', f'--flagfile={tmp_path}/flags/a.flags',
-      '--num_actors=1', '--seed=0', f'--logdir={root}/a_s0')
+      '--num_actors=1', '--seed=0',
+      f'--logdir={os.getcwd()}/runs/seq/a_s0')
   assert a0.keep == str(tmp_path / 'kept' / 'a_s0')
   assert study.methods['a'].name == 'Method A'
   assert [r.label for r in study.select(['b'])] == ['b_s3']

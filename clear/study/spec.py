@@ -271,14 +271,19 @@ def load(path: str, root: Optional[str] = None) -> Study:
   except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
     raise StudyError(f'{path}: not a readable TOML file: {e}') from None
   _check_keys(path, '', data, _TOP_KEYS)
-  if root is None:
-    if 'root' not in data:
-      _fail(path, 'root', 'missing: the folder of the runs\' logdirs.')
-    root = _string(path, 'root', data['root'])
-  root = os.path.abspath(os.path.expanduser(root))
+  if 'root' not in data:
+    _fail(path, 'root', 'missing: the folder of the runs\' logdirs.')
+  own_root = os.path.abspath(os.path.expanduser(_string(path, 'root',
+                                                        data['root'])))
+  root = own_root if root is None else os.path.abspath(
+      os.path.expanduser(root))
+  # Runs under another root (a smoke test, a copy) are not the study's: they
+  # are not kept, and the study's kept runs do not stand for them.
+  keeps = root == own_root
   seeds = _seeds(path, 'seeds', data['seeds']) if 'seeds' in data else None
   common = _flags(path, '', data)
-  keep = _file(path, 'keep', data['keep'], False) if 'keep' in data else ''
+  keep = (_file(path, 'keep', data['keep'], False)
+          if 'keep' in data and keeps else '')
 
   methods = {}
   raw_methods = _table(path, 'methods', data.get('methods', {}))
@@ -309,7 +314,7 @@ def load(path: str, root: Optional[str] = None) -> Study:
                                                               'single')))))
     ref_seed = _int(path, 'references.seed', raw.get('seed', 0))
     ref_keep = (_file(path, 'references.keep', raw['keep'], False)
-                if 'keep' in raw else '')
+                if 'keep' in raw and keeps else '')
     ref_common = _flags(path, 'references.', raw)
     runs = _table(path, 'references.runs', raw.get('runs', {}))
     if not runs:
