@@ -53,6 +53,7 @@ flagfile = "single.flags"
   # runs neither stand for them nor get replaced by them.
   elsewhere = spec_lib.load(path, root=str(tmp_path / 'elsewhere'))
   assert {r.keep for r in elsewhere.runs} == {''}
+  assert elsewhere.report.metrics == ''  # The file names none.
   root = str(tmp_path / 'elsewhere')
   assert elsewhere.runs[1].flags[-1] == f'--logdir={root}/a_s0'
   study = spec_lib.load(path, root=os.path.join(os.getcwd(), 'runs/seq'))
@@ -76,6 +77,23 @@ flagfile = "single.flags"
     study.select(['c'])
   with pytest.raises(spec_lib.StudyError, match='seeds are \\[0, 1, 3\\]'):
     study.select(seeds=[7])
+
+
+def test_another_roots_report_goes_under_it(tmp_path):
+  path = write_study(tmp_path, 'root = "runs"\nseeds = [0]\nkeep = "kept"\n'
+                     '[methods.a]\nflags = []\n[report]\n'
+                     'metrics = "m.json"\naggregate = "a.json"\n'
+                     '[[report.tables]]\ntable = "t.md"\nfigure = "f.png"\n')
+  own = spec_lib.load(path, root=os.path.join(os.getcwd(), 'runs'))
+  assert own.report.metrics == str(tmp_path / 'm.json')
+  assert own.runs[0].keep == str(tmp_path / 'kept' / 'a_s0')
+  smoke = spec_lib.load(path, root=str(tmp_path / 'smoke'))
+  report = tmp_path / 'smoke' / 'report'
+  assert (smoke.report.metrics, smoke.report.aggregate) == (
+      str(report / 'm.json'), str(report / 'a.json'))
+  assert (smoke.report.tables[0].table, smoke.report.tables[0].figure) == (
+      str(report / 't.md'), str(report / 'f.png'))
+  assert smoke.runs[0].keep == ''
 
 
 @pytest.mark.parametrize('text, key', [

@@ -255,6 +255,15 @@ def _flags(path: str, where: str, table: dict) -> Tuple[str, ...]:
   return tuple(flags + given)
 
 
+def _outputs_under(report: Report, folder: str) -> Report:
+  """`report` with each output file moved into `folder`."""
+  move = lambda f: os.path.join(folder, os.path.basename(f)) if f else ''
+  return report._replace(
+      metrics=move(report.metrics), aggregate=move(report.aggregate),
+      tables=tuple(t._replace(table=move(t.table), figure=move(t.figure))
+                   for t in report.tables))
+
+
 def load(path: str, root: Optional[str] = None) -> Study:
   """Reads and checks the study file `path` (`root` replaces its root).
 
@@ -278,7 +287,8 @@ def load(path: str, root: Optional[str] = None) -> Study:
   root = own_root if root is None else os.path.abspath(
       os.path.expanduser(root))
   # Runs under another root (a smoke test, a copy) are not the study's: they
-  # are not kept, and the study's kept runs do not stand for them.
+  # are not kept, the study's kept runs do not stand for them, and their
+  # report goes to <root>/report.
   keeps = root == own_root
   seeds = _seeds(path, 'seeds', data['seeds']) if 'seeds' in data else None
   common = _flags(path, '', data)
@@ -410,6 +420,11 @@ def load(path: str, root: Optional[str] = None) -> Study:
       if 'aggregate' in raw else '',
       improvement_of, tuple(tables))
 
+  if not keeps:  # Another root's report goes there, not over the study's.
+    report = _outputs_under(report, os.path.join(root, 'report'))
+    if baselines is not None and not os.path.isfile(baselines.file):
+      baselines = baselines._replace(file=os.path.join(
+          root, 'report', os.path.basename(baselines.file)))
   return Study(path, root, methods, tuple(references), tuple(runs),
                _number(path, 'cpus_per_run', data.get('cpus_per_run', 1)),
                _number(path, 'gpus_per_run', data.get('gpus_per_run', 0)),
