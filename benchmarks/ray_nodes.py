@@ -33,8 +33,8 @@ import tree
 
 from clear.algorithms import registry
 from clear.cli import configs
-from clear.runtime import actor_pool
 from clear.runtime import actor_worker
+from clear.runtime import ray_actors
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('bench_env', 'atari:Pong', 'Env of the actors.')
@@ -79,7 +79,7 @@ def initial_weights(config):
 def measure(address, resource, config, weights, frames_per_unroll, seconds):
   """Env frames/s of actors needing `resource`, after one warm-up unroll
   from each."""
-  pool = actor_pool.RayActorPool(config, address, resource)
+  pool = ray_actors.RayActorPool(config, address, resource)
   try:
     version = 0
     pool.publish(weights, version)

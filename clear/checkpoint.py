@@ -23,14 +23,21 @@ clear message instead of a shape error deep in TensorFlow. Test mode and
 (`write_run_identity`, atomically) only once a start is accepted, so a
 refused command never changes it. Nothing in a logdir is
 ever unpickled: checkpoints are TF's own format and the rest JSON.
+
+A write that fails (a full disk, no permission) leaves nothing half-made:
+`Checkpointer.save` removes what it wrote of the failed checkpoint, and
+`write_failure` says what went wrong in words for the one message the run
+stops with (`WriteError`).
 """
 
+import errno
 import glob
 import json
 import logging
 import os
 import re
-from typing import Dict, List, Optional
+import shutil
+from typing import Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -42,10 +49,62 @@ CHECKPOINT_NAME = 'ckpt'  # tf.train.CheckpointManager's file prefix.
 # Errors that reading a damaged checkpoint raises: TF's own, and IndexError
 # ("Read less bytes than requested") for a truncated data file.
 _READ_ERRORS = (tf.errors.OpError, IndexError, ValueError, OSError)
+MAX_TO_KEEP = 3  # Checkpoints a run keeps on disk.
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 class CheckpointError(ValueError):
   """A checkpoint cannot be restored into this run."""
+
+
+class WriteError(OSError):
+  """A file of the run could not be written; the message names it, says
+  why and what is intact."""
+
+
+def write_errno(error: BaseException) -> Optional[int]:
+  """The errno of a failed write: an `OSError`'s, or for a TensorFlow
+  error the one of `NO_SPACE` or `NOT_WRITABLE` its message names."""
+  if isinstance(error, OSError):
+    return error.errno
+  text = str(error)
+  return next((code for code in NO_SPACE + NOT_WRITABLE
+               if os.strerror(code) in text), None)
+
+
+def write_failure(error: BaseException) -> Tuple[str, str]:
+  """What a failed write's `error` means, and what to do before trying
+  again: ('no space left on the device', 'free space') for ENOSPC, the
+  path cannot be written for a permission or a read-only file system, else
+  the error itself."""
+  code = write_errno(error)
+  if code in NO_SPACE:
+    return ('no space left on the device' + (
+        ' (the disk quota is exceeded)' if code == errno.EDQUOT else ''),
+            'free space')
+  if code in NOT_WRITABLE:
+    return (f'the path cannot be written ({os.strerror(code)}: no '
+            'permission there, or a file system mounted read-only)',
+            'make it writable')
+  text = (error.message if isinstance(error, tf.errors.OpError)
+          else str(error))
+  text = re.sub(r'\{\{[^}]*\}\}\s*|\s*\[Op:\w+\]', '', text).strip()
+  return (text.splitlines()[0] if text else type(error).__name__), 'fix that'
+
+
+def write_error(what: str, error: BaseException, intact: List[int],
+                kept: str = '') -> WriteError:
+  """The one message a run stops with when writing `what` failed with
+  `error`: the cause, `kept` (what of `what` was kept, if it says), and
+  the latest checkpoint of the numbers `intact`, which the same command
+  resumes from."""
+  cause, fix = write_failure(error)
+  last = (f'{CHECKPOINT_NAME}-{max(intact)} with its state is intact: {fix} '
+          'and rerun the same command to resume from there' if intact else
+          f'there is no earlier checkpoint: {fix} and rerun the same command '
+          'to start again')
+  return WriteError(f'Could not write {what}: {cause}. {kept}{last}.')
 
 
 def run_directory(location: str) -> str:
@@ -146,9 +205,13 @@ def write_run_identity(directory: str, identity: Dict[str, object],
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)
-  except BaseException:
+  except BaseException as e:
     if os.path.exists(tmp):
       os.remove(tmp)
+    if isinstance(e, OSError):
+      cause, fix = write_failure(e)
+      raise WriteError(f'Could not write {path}: {cause}. It is as it was; '
+                       f'{fix} and rerun the same command.') from e
     raise
 
 
@@ -328,7 +391,7 @@ class Checkpointer:
   """
 
   def __init__(self, directory: str, trackables: Dict[str, object],
-               max_to_keep: int = 3):
+               max_to_keep: int = MAX_TO_KEEP):
     self.directory = directory
     self._checkpoint = tf.train.Checkpoint(**trackables)
     self._manager = tf.train.CheckpointManager(
@@ -382,9 +445,44 @@ class Checkpointer:
     return [checkpoint_number(p) for p in self._manager.checkpoints]
 
   def save(self) -> str:
-    path = self._manager.save(checkpoint_number=self.next_number)
+    """Writes checkpoint `next_number`; returns its path.
+
+    Raises:
+      tf.errors.OpError, OSError: the write failed (a full disk, say).
+        Nothing of the checkpoint is left (no `ckpt-N.*`, no temporary
+        folder), the index still names the checkpoint before, and the next
+        save takes the same number.
+    """
+    number = self.next_number
+    path = os.path.join(self.directory, f'{CHECKPOINT_NAME}-{number}')
+    try:
+      self._manager.save(checkpoint_number=number)
+    except (tf.errors.OpError, OSError) as e:
+      state = tf.train.get_checkpoint_state(self.directory)
+      if (state is None or os.path.basename(state.model_checkpoint_path) !=
+          os.path.basename(path) or unreadable_reason(path) is not None):
+        self._remove(number)
+        raise
+      # Written and recorded as the latest; only the rest failed (e.g.
+      # rewriting the index after deleting the oldest).
+      logging.warning('Checkpoint %s was written, but then: %s', path,
+                      _first_line(e))
     logging.info('Saved checkpoint %s', path)
     return path
+
+  def _remove(self, number: int):
+    """Removes what a failed save of checkpoint `number` left: its files,
+    the temporary folder and index file TF writes them through."""
+    self._checkpoint.save_counter.assign(number - 1)
+    prefix = os.path.join(glob.escape(self.directory),
+                          f'{CHECKPOINT_NAME}-{number}')
+    for path in (glob.glob(prefix + '.*') + glob.glob(prefix + '_temp*') +
+                 glob.glob(os.path.join(glob.escape(self.directory),
+                                        'checkpoint.tmp*'))):
+      if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+      elif os.path.exists(path):
+        os.remove(path)
 
 
 def find_checkpoints(location: str) -> List[str]:

@@ -11,7 +11,10 @@ take the env, algorithm and network from the run's run.json. Ctrl-C or
 SIGTERM stops the actors, writes a final checkpoint and exits with status 0
 (130 / 143 when interrupted before the end); a second one while that
 checkpoint is written only says so, a third stops at once and says what was
-not saved. Bad flags or files exit with status 2 and one message.
+not saved. Bad flags or files exit with status 2 and one message; so does
+a write that fails while the run goes on (a full disk: the message names
+the path and the checkpoint the same command resumes from, once there is
+space).
 """
 
 import atexit

@@ -16,8 +16,9 @@ from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
 from clear.algorithms.impala import learner as learner_lib
 from clear.runtime import actor as actor_lib
-from clear.runtime import actor_pool
 from clear.runtime import actor_worker
+from clear.runtime import local_actors
+from clear.runtime import ray_actors
 import envs
 
 
@@ -191,7 +192,7 @@ def test_local_pool_delivers_versioned_unrolls_restarts_and_cleans_up():
   env.close()
   weights = learner_policy.get_weights()
   before = {p.pid for p in psutil.Process().children(recursive=True)}
-  pool = actor_pool.LocalActorPool(pool_config(max_restarts=1),
+  pool = local_actors.LocalActorPool(pool_config(max_restarts=1),
                                    [w.shape for w in weights])
   children = []
   try:
@@ -210,7 +211,7 @@ def test_local_pool_delivers_versioned_unrolls_restarts_and_cleans_up():
     # Past max_restarts the pool fails loudly instead of hanging.
     os.kill(pool.pids[1], signal.SIGKILL)
     children[1].wait(10)
-    with pytest.raises(actor_pool.ActorFailure, match='max_restarts'):
+    with pytest.raises(actor_worker.ActorFailure, match='max_restarts'):
       for _ in range(200):
         pool.get(timeout=0.05)
   finally:
@@ -233,10 +234,10 @@ def test_an_actor_that_cannot_start_backs_off_and_says_why(caplog):
   # The learner's env is fine; the actor's cannot be built.
   config = pool_config(num_actors=1, max_restarts=2,
                        env_options={'no_such_option': 1})
-  pool = actor_pool.LocalActorPool(config, [w.shape for w in weights])
+  pool = local_actors.LocalActorPool(config, [w.shape for w in weights])
   try:
     pool.publish(weights, 0)
-    with pytest.raises(actor_pool.ActorFailure) as failure:
+    with pytest.raises(actor_worker.ActorFailure) as failure:
       deadline = time.time() + 120
       while time.time() < deadline:
         assert pool.get(timeout=0.2) is None
@@ -255,7 +256,8 @@ def test_an_actor_that_cannot_start_backs_off_and_says_why(caplog):
 class FakeRayForTest:
   """Just enough of the `ray` module for `RayActorPool`, with Ray's real
   exception classes: each actor's tasks finish, in order, with the outcomes
-  scripted for it (a (incarnation, result) pair or an exception)."""
+  scripted for it (a (incarnation, result) pair, returned with a made-up
+  PID, or an exception)."""
 
   def __init__(self, scripts):
     import ray.exceptions  # pylint: disable=g-import-not-at-top
@@ -284,7 +286,10 @@ class FakeRayForTest:
         del weights_ref, version, switch
         fake.submitted[self.index] += 1
         ref = object()
-        fake._outcomes[ref] = fake.scripts[self.index].pop(0)
+        outcome = fake.scripts[self.index].pop(0)
+        if isinstance(outcome, tuple):
+          outcome = (outcome[0], 1000 + self.index, outcome[1])
+        fake._outcomes[ref] = outcome
         return ref
 
     class Remote:
@@ -311,7 +316,7 @@ def ray_pool_with_fake(monkeypatch, scripts, **config):
   import sys  # pylint: disable=g-import-not-at-top
   fake = FakeRayForTest(scripts)
   monkeypatch.setitem(sys.modules, 'ray', fake)
-  pool = actor_pool.RayActorPool(pool_config(**config))
+  pool = ray_actors.RayActorPool(pool_config(**config))
   pool.publish([np.zeros(2)], 0)
   return fake, pool
 
@@ -348,6 +353,6 @@ def test_ray_pool_stops_when_a_lost_node_took_more_actors_than_allowed(
   assert pool.get() is None
   assert pool.num_restarts == 0
   time.sleep(1.1)
-  with pytest.raises(actor_pool.ActorFailure, match='max_actor_restarts=0'):
+  with pytest.raises(actor_worker.ActorFailure, match='max_actor_restarts=0'):
     for _ in range(3):
       pool.get()

@@ -11,9 +11,9 @@ import tensorflow as tf
 from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
 from clear.algorithms.impala import learner as learner_lib
-from clear.runtime import actor_pool
 from clear.runtime import actor_worker
 from clear.runtime import devices
+from clear.runtime import local_actors
 from clear.runtime import run_config
 from clear.runtime import run_loop
 import envs
@@ -38,7 +38,7 @@ def test_local_actor_processes_start_without_gpus(monkeypatch):
   policy = registry.make_policy('impala', env.spec, config.agent_config)
   env.close()
   weights = policy.get_weights()
-  pool = actor_pool.LocalActorPool(config, [w.shape for w in weights])
+  pool = local_actors.LocalActorPool(config, [w.shape for w in weights])
   try:
     # The learner's own environment is left as it was.
     assert os.environ[devices.CUDA_VISIBLE_DEVICES] == '0,1'

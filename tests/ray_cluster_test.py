@@ -23,9 +23,9 @@ import pytest
 import tensorflow as tf
 
 from clear.cli import configs
-from clear.runtime import actor_pool
 from clear.runtime import devices
 from clear.runtime import progress
+from clear.runtime import ray_actors
 from clear.runtime import run_loop
 
 ray = pytest.importorskip('ray')
@@ -89,7 +89,7 @@ def test_a_run_loses_a_worker_node_keeps_learning_and_resumes(
     workers = {node.node_id: node for node in cluster.worker_nodes}
     seen = {'unrolls': 0, 'episodes': progress.EpisodeStats()}
     lose_at, look_at, stop_at = 20, 60, 80
-    real_get = actor_pool.RayActorPool.get
+    real_get = ray_actors.RayActorPool.get
 
     def get_losing_a_node(pool, timeout=1.0):
       """Fault injection around the real `get`: a worker node dies."""
@@ -107,7 +107,7 @@ def test_a_run_loses_a_worker_node_keeps_learning_and_resumes(
           seen['after'] = pool.where()
       return result
 
-    monkeypatch.setattr(actor_pool.RayActorPool, 'get', get_losing_a_node)
+    monkeypatch.setattr(ray_actors.RayActorPool, 'get', get_losing_a_node)
     config = cartpole_config(tmp_path, '--total_environment_frames=80000',
                              ray_address=cluster.address)
 
@@ -151,7 +151,7 @@ def test_a_run_loses_a_worker_node_keeps_learning_and_resumes(
     assert restarts and restarts[-1][1] == 1.0, restarts
 
     # The checkpoint written after the loss resumes, on what is left.
-    monkeypatch.setattr(actor_pool.RayActorPool, 'get', real_get)
+    monkeypatch.setattr(ray_actors.RayActorPool, 'get', real_get)
     with caplog.at_level('INFO'):
       second = run_loop.train(config)
     assert f'Resuming at {first.num_env_frames} frames' in caplog.text

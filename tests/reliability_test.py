@@ -31,7 +31,7 @@ from clear.algorithms.impala import learner as learner_lib
 from clear import plot
 from clear.cli import configs
 from clear.cli import validation
-from clear.runtime import actor_pool
+from clear.runtime import actor_worker
 from clear.runtime import run_config
 from clear.runtime import run_lock
 from clear.runtime import run_loop
@@ -738,7 +738,7 @@ def test_an_env_that_keeps_crashing_stops_the_run_loudly(tmp_path):
   start_time = time.time()
   try:
     run_loop.train(config, max_updates=50)
-  except actor_pool.ActorFailure as e:
+  except actor_worker.ActorFailure as e:
     assert 'crashed 3 times in a row' in str(e)
   else:
     raise AssertionError('the run should have failed')

@@ -308,6 +308,30 @@ def test_the_storage_plan_is_what_the_first_insert_allocates(tmp_path):
                                else 0)
 
 
+def test_memmap_files_get_their_disk_blocks_when_allocated(tmp_path):
+  buffer = replay.ReplayBuffer(300, storage='memmap',
+                               directory=str(tmp_path / 'mm'),
+                               stacked_observations=('frame',))
+  buffer.allocate(unroll(1))
+  leaves = list(buffer._leaves)
+  buffer.allocate(unroll(2))  # Allocated already: nothing changes.
+  assert all(a is b for a, b in zip(buffer._leaves, leaves))
+  assert len(buffer) == 0 and buffer.nbytes == sum(
+      buffer.storage_plan(unroll(1))[:2])
+  names = sorted(os.listdir(tmp_path / 'mm'))
+  assert 'frames_007.npy' in names and len(names) == len(leaves)
+  for name in names:
+    stat = os.stat(tmp_path / 'mm' / name)
+    assert stat.st_size > 0 and stat.st_blocks * 512 >= stat.st_size, name
+  # NumPy alone makes a sparse file, whose blocks a full disk would deny
+  # at some later write.
+  sparse = np.lib.format.open_memmap(str(tmp_path / 'sparse.npy'), 'w+',
+                                     np.uint8, (1 << 20,))
+  assert os.stat(tmp_path / 'sparse.npy').st_blocks * 512 < sparse.nbytes
+  buffer.insert(unroll(3))
+  assert stored_ids(buffer) == [3]
+
+
 @pytest.mark.parametrize('kwargs,match', [
     ({'capacity': 0}, 'capacity'),
     ({'capacity': 2, 'sampling': 'lifo'}, 'sampling'),

@@ -2,6 +2,7 @@
 refused."""
 
 import logging
+import re
 import subprocess
 import sys
 
@@ -65,6 +66,83 @@ def test_memmap_needs_its_disk_and_its_tables_in_memory(tmp_path):
   assert (resources.free_disk(str(tmp_path / 'mm')) -
           resources.free_disk(str(tmp_path / 'elsewhere' / 'mm'))) in range(
               5000 - 4096 * 64, 5000 + 4096 * 64)
+
+
+def test_checkpoints_copy_the_replay_to_disk_even_from_memory(tmp_path):
+  # 200 bytes per unroll in memory; 3 checkpoints kept and 1 being written
+  # hold 4 copies: 4 x 200 x 1,000 = 800,000 bytes of disk.
+  need = resources.ReplayNeed('--replay_buffer_size', 1000,
+                              plan(200_000, 0, 1000))
+  checkpoints = str(tmp_path / 'run' / 'checkpoints')
+  fits = lambda free: resources.check_replay_fits(
+      [need], available_memory=GB, disk_free=free, checkpoints=checkpoints,
+      checkpoint_copies=4)
+  with pytest.raises(resources.ReplayTooLarge) as raised:
+    fits(700_000)
+  # 700,000 // 800 bytes per unroll = 875 unrolls.
+  assert str(raised.value) == (
+      '--replay_buffer_size=1000: the replay needs 800 kB (800,000 bytes) '
+      'of disk (800 bytes per unroll: 4 copies in checkpoints, the kept '
+      f'ones and one being written) under {tmp_path / "run"}, and 700 kB '
+      '(700,000 bytes) is free there. Give a smaller --replay_buffer_size '
+      '(about 875 unrolls fit), or another --logdir.')
+  # 80% of 1,000,000 is 800,000: not above it. Of 990,000 it is.
+  assert fits(1_000_000) == []
+  assert fits(990_000) == [
+      f'The replay will take 800 kB of the 990 kB of disk free under '
+      f'{tmp_path / "run"} (4 copies in checkpoints, the kept ones and one '
+      'being written): the disk may fill up as the run goes on.']
+  # Without a checkpoint folder, nothing is counted on disk.
+  assert resources.check_replay_fits([need], available_memory=GB,
+                                     disk_free=0, checkpoint_copies=4) == []
+
+
+def test_memmap_files_and_checkpoint_copies_share_the_disk(tmp_path):
+  # 10,000 bytes of memmap files and 900 of tables in memory: each copy
+  # in a checkpoint holds both, 10,900; with 4 copies, 10,000 + 43,600 =
+  # 53,600 bytes, 536 per unroll; 50,000 free fit 93 unrolls (49,848).
+  need = resources.ReplayNeed('--replay_buffer_size', 100,
+                              plan(900, 10_000, 100), str(tmp_path / 'mm'))
+  with pytest.raises(resources.ReplayTooLarge) as raised:
+    resources.check_replay_fits([need], available_memory=GB,
+                                disk_free=50_000,
+                                checkpoints=str(tmp_path / 'checkpoints'),
+                                checkpoint_copies=4)
+  assert str(raised.value) == (
+      '--replay_buffer_size=100: the replay needs 53.6 kB (53,600 bytes) of '
+      'disk (536 bytes per unroll: the memory-mapped buffer and 4 copies in '
+      f'checkpoints, the kept ones and one being written) under {tmp_path}, '
+      'and 50 kB (50,000 bytes) is free there. Give a smaller '
+      '--replay_buffer_size (about 93 unrolls fit), or another --logdir.')
+  assert resources.check_replay_fits(
+      [need], available_memory=GB, disk_free=53_600 * 5 // 4,
+      checkpoints=str(tmp_path / 'checkpoints'), checkpoint_copies=4) == []
+
+
+def test_the_free_disk_counts_the_state_folders_checkpoints_replace(
+    tmp_path):
+  checkpoints = tmp_path / 'checkpoints'
+  for name in ('state-1/replay', 'state-2'):
+    (checkpoints / name).mkdir(parents=True)
+  (checkpoints / 'state-1' / 'replay' / 'contents_000.npy').write_bytes(
+      b'x' * 1_000_000)
+  (checkpoints / 'state-2' / 'run.npz').write_bytes(b'x' * 1_000_000)
+  # The TF files stay: they are not the replay's.
+  (checkpoints / 'ckpt-2.data-00000-of-00001').write_bytes(b'x' * 1_000_000)
+  counted = resources.free_disk(None, str(checkpoints))
+  bare = resources.free_disk(None, str(tmp_path / 'elsewhere' / 'ckpts'))
+  # Other writers share the disk: a margin of 64 pages.
+  assert counted - bare in range(2_000_000 - 4096 * 64,
+                                 2_000_000 + 4096 * 64)
+  # By default the check measures that disk: 100 TB of replay, 4 copies.
+  need = resources.ReplayNeed('--replay_buffer_size', 10**9,
+                              plan(10**14, 0, 10**9))
+  where = re.escape(str(tmp_path))
+  with pytest.raises(resources.ReplayTooLarge,
+                     match=rf'needs 400 TB .* under {where}, and '):
+    resources.check_replay_fits([need], available_memory=10**15,
+                                checkpoints=str(checkpoints),
+                                checkpoint_copies=4)
 
 
 def test_off_policy_capacities_are_named_in_transitions():

@@ -29,6 +29,7 @@ from clear.algorithms import registry
 from clear.runtime import actor_pool
 from clear.runtime import actor_worker
 from clear.runtime import evaluation
+from clear.runtime import local_actors
 import envs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -153,7 +154,7 @@ def test_inline_actors_save_the_envs_of_other_tasks_and_resume_exactly():
 
 def test_local_pool_switches_in_its_processes_and_drops_the_task_before():
   weights = learner_weights()
-  pool = actor_pool.LocalActorPool(sequence_config(max_restarts=1),
+  pool = local_actors.LocalActorPool(sequence_config(max_restarts=1),
                                    [w.shape for w in weights])
   try:
     pool.publish(weights, 0)

@@ -121,6 +121,7 @@ def test_a_sequence_trains_each_task_on_its_own_envs(tmp_path, backend):
     (['--log_dir=/tmp/x'], "--log_dir=/tmp/x is absl's folder for log files"),
     (['--checkpoint_interval_s=0'], '--checkpoint_interval_s must be > 0'),
     (['--log_interval_s=0'], '--log_interval_s must be > 0'),
+    (['--actor_timeout_s=-1'], '--actor_timeout_s must be > 0 (got -1.0)'),
     (['--num_actors=500'], '--num_actors=500 would start that many'),
     (['--env=atari:Pong,'], 'entry 2 of the sequence is empty'),
     (['--env=gym:CartPole-v1,gym:Acrobot-v1', '--frames_per_task=10',

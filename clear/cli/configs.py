@@ -141,6 +141,7 @@ def config_from_flags(f) -> run_config_lib.RunConfig:
       backend=f.backend, ray_address=f.ray_address,
       ray_actor_resource=f.ray_actor_resource,
       max_actor_restarts=f.max_actor_restarts,
+      actor_timeout_s=f.actor_timeout_s,
       learner_device=f.learner_device,
       checkpoint_interval_s=f.checkpoint_interval_s,
       log_interval_s=f.log_interval_s,

@@ -73,6 +73,11 @@ flags.DEFINE_integer('max_actor_restarts', 20,
                      'Deaths of actors (processes, Ray actors, Ray nodes) '
                      'tolerated, in all, before the run stops with an '
                      'error.', lower_bound=0)
+flags.DEFINE_float('actor_timeout_s', 300.0,
+                   'Seconds an actor may give no sign of life (no unroll, no '
+                   'step of its loop, or half an unroll sent) before it is '
+                   'reported by id and PID, killed and replaced (a restart); '
+                   'a warning comes at half of it, at most a minute.')
 flags.DEFINE_integer('num_actors', 1, 'Actor processes.')
 flags.DEFINE_integer('envs_per_actor', None,
                      'Environments each actor steps as one batch (default: 64 '

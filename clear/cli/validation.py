@@ -174,6 +174,9 @@ def _runtime_problems(f):
     problems.append(f'--checkpoint_interval_s must be > 0 (got '
                     f'{f.checkpoint_interval_s}): each checkpoint writes '
                     'the whole replay (a Pong one is about 1.7 GB).')
+  if f.actor_timeout_s <= 0:
+    problems.append(f'--actor_timeout_s must be > 0 (got '
+                    f'{f.actor_timeout_s}).')
   if f.log_interval_s <= 0:
     problems.append(f'--log_interval_s must be > 0 (got {f.log_interval_s}).')
   cpus = os.cpu_count() or 1

@@ -5,7 +5,9 @@ An item is one `types.Unroll` for a single trajectory (`[T + 1, ...]`
 leaves, no batch dim), behaviour logits and baselines included. Storage is
 one preallocated array per leaf (`[capacity, ...]`, the leaf's own dtype, so
 uint8 frames stay uint8), in memory or memory-mapped on disk so a buffer can
-exceed RAM.
+exceed RAM. Memory-mapped files get all their disk blocks when the storage
+is allocated (`allocate`, or the first insert): a full disk is an `OSError`
+then, never a crash at a later write.
 
 Reservoir insertion keeps every unroll ever offered with equal probability
 capacity / num_seen (CLEAR, Rolnick et al. 2019); FIFO overwrites the oldest.
@@ -310,34 +312,65 @@ class ReplayBuffer:
     return tree.flatten(flags._replace(env_outputs=flags.env_outputs._replace(
         observation=marked)))
 
+  def allocate(self, item):
+    """Allocates the storage for unrolls like `item` now, unless it is
+    allocated (the first insert does it otherwise). Memory-mapped files get
+    their disk blocks at once (`frame_store.open_memmap`): a disk that
+    cannot hold them fails here, not at a later write.
+
+    Raises:
+      OSError: a memory-mapped file cannot be allocated (ENOSPC or EDQUOT
+        on a full disk); none of the buffer's files is left.
+    """
+    if self._leaves is None:
+      self._allocate(item)
+
   def _allocate(self, item):
     stacked = self._stacked_leaves(item)
     self._structure = tree.map_structure(lambda _: None, item)
     leaves = [np.asarray(x) for x in tree.flatten(item)]
+    made_folder = (self.storage == 'memmap' and
+                   not os.path.isdir(self.directory))
     if self.storage == 'memmap':
       os.makedirs(self.directory, exist_ok=True)
     self._leaves = []
     self._frame_stores = {}
-    for i, (x, name) in enumerate(zip(leaves, stacked)):
-      is_stacked = bool(name)
-      path = None
-      if self.storage == 'memmap':
-        names = [f'frames_{i:03d}.npy', f'leaf_{i:03d}.npy']
-        if not is_stacked:
-          names.reverse()
-        path = os.path.join(self.directory, names[0])
-        stale = os.path.join(self.directory, names[1])
-        if os.path.exists(stale):  # From a run that stored the leaf the
-          os.remove(stale)         # other way.
-      if is_stacked:
-        self._frame_stores[name] = frame_store.FrameStore(self.capacity,
-                                                          x.shape, path)
-        self._leaves.append(self._frame_stores[name])
-      elif path:
-        self._leaves.append(np.lib.format.open_memmap(
-            path, mode='w+', dtype=x.dtype, shape=(self.capacity,) + x.shape))
-      else:
-        self._leaves.append(np.zeros((self.capacity,) + x.shape, x.dtype))
+    made = []  # Memory-mapped files, as they are made.
+    try:
+      for i, (x, name) in enumerate(zip(leaves, stacked)):
+        path = self._memmap_path(i, bool(name))
+        if path:
+          made.append(path)
+        if name:
+          self._frame_stores[name] = frame_store.FrameStore(self.capacity,
+                                                            x.shape, path)
+          self._leaves.append(self._frame_stores[name])
+        elif path:
+          self._leaves.append(frame_store.open_memmap(
+              path, x.dtype, (self.capacity,) + x.shape))
+        else:
+          self._leaves.append(np.zeros((self.capacity,) + x.shape, x.dtype))
+    except OSError:  # A full disk, for one: the files made so far go.
+      self._structure, self._leaves, self._frame_stores = None, None, {}
+      for path in made:
+        if os.path.exists(path):
+          os.remove(path)
+      if made_folder and not os.listdir(self.directory):
+        os.rmdir(self.directory)
+      raise
+
+  def _memmap_path(self, leaf: int, is_stacked: bool) -> Optional[str]:
+    """The file of memory-mapped leaf `leaf` (None in memory); the file of
+    the other kind, from a run that stored the leaf the other way, goes."""
+    if self.storage != 'memmap':
+      return None
+    names = [f'frames_{leaf:03d}.npy', f'leaf_{leaf:03d}.npy']
+    if not is_stacked:
+      names.reverse()
+    stale = os.path.join(self.directory, names[1])
+    if os.path.exists(stale):
+      os.remove(stale)
+    return os.path.join(self.directory, names[0])
 
   def _slot(self) -> Optional[int]:
     """The slot the next offered unroll goes to, or None to drop it."""

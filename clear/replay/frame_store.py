@@ -20,7 +20,8 @@ exact whatever the stacking does after an episode reset. An unroll of pure
 shifts uses T + K planes with `table[t, c] = t + c` ("regular").
 
 Storage (`FrameStore`): per slot a fixed budget of T + K planes
-(`[capacity, T + K, H, W]`, in memory or a memory-mapped `.npy`), the
+(`[capacity, T + K, H, W]`, in memory or a memory-mapped `.npy` made by
+`open_memmap`, which allocates its disk blocks at once), the
 table (`[capacity, T + 1, K]`, in memory) and, for an unroll that needs
 more planes than the budget, its extra planes in a per-slot spill kept in
 memory (with memmap storage too). Atari never spills: a reset costs one
@@ -33,6 +34,8 @@ channel-last stacks in one `cv2.merge` (a SIMD interleave, about a
 Shapes: T + 1 steps per unroll, frames H x W, stack depth K.
 """
 
+import errno
+import os
 from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
 import cv2
@@ -113,6 +116,45 @@ def decode(planes, table) -> np.ndarray:
   return np.moveaxis(np.asarray(planes)[np.asarray(table)], 1, -1)
 
 
+def open_memmap(path: str, dtype, shape: Sequence[int]) -> np.memmap:
+  """A new `.npy` file at `path` (replacing any), memory-mapped for reading
+  and writing, its disk blocks allocated at once.
+
+  A sparse file would meet a full disk only at some later write to the
+  mapping, as a SIGBUS that kills the process; allocated, it cannot.
+
+  Raises:
+    OSError: the file cannot be made or its blocks allocated (errno ENOSPC
+      or EDQUOT when the disk is full); it is removed.
+  """
+  array = None
+  try:
+    array = np.lib.format.open_memmap(path, mode='w+', dtype=dtype,
+                                      shape=tuple(shape))
+    _allocate_blocks(path)
+  except BaseException:
+    del array  # Unmapped, so its blocks are freed with the file.
+    if os.path.exists(path):
+      os.remove(path)
+    raise
+  return array
+
+
+def _allocate_blocks(path: str):
+  """Allocates every block of the file at `path` (posix_fallocate), where
+  the platform and file system can; elsewhere the file stays sparse."""
+  if not hasattr(os, 'posix_fallocate'):  # macOS.
+    return
+  fd = os.open(path, os.O_RDWR)
+  try:
+    os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+  except OSError as e:
+    if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+      raise OSError(e.errno, e.strerror, path) from e
+  finally:
+    os.close(fd)
+
+
 def regular_table(num_steps: int, depth: int) -> np.ndarray:
   """The table of an unroll of pure shifts: `table[t, c] = t + c`."""
   return np.arange(num_steps)[:, None] + np.arange(depth)[None]
@@ -135,7 +177,11 @@ class FrameStore:
   Args:
     capacity: number of slots (unrolls).
     shape: `(T + 1, H, W, K)`, one unroll's stacks.
-    path: `.npy` file for the planes (memory-mapped), or None for memory.
+    path: `.npy` file for the planes (memory-mapped, allocated on disk at
+      once: `open_memmap`), or None for memory.
+
+  Raises:
+    OSError: the planes' file cannot be allocated (ENOSPC: a full disk).
   """
 
   def __init__(self, capacity: int, shape: Sequence[int],
@@ -153,9 +199,7 @@ class FrameStore:
     if path is None:
       self._planes = np.zeros(planes_shape, np.uint8)
     else:
-      self._planes = np.lib.format.open_memmap(path, mode='w+',
-                                               dtype=np.uint8,
-                                               shape=planes_shape)
+      self._planes = open_memmap(path, np.uint8, planes_shape)
     # Plane j of a slot is _planes[slot, j] for j < budget, else
     # _spill[slot][j - budget].
     table_dtype = np.min_scalar_type(num_steps * depth - 1)

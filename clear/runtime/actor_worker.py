@@ -8,7 +8,7 @@ exactly as a worker built for that task with that seed would
 its workers.
 """
 
-from typing import NamedTuple
+from typing import NamedTuple, Tuple
 
 from clear import snapshot
 from clear.algorithms import policy as policy_lib
@@ -29,6 +29,7 @@ class ActorPoolConfig(NamedTuple):
     num_actors: actor count.
     seed: base seed; actor i seeds its envs and policy from it.
     max_restarts: restarts of dead actors tolerated before the run fails.
+    hang_timeout_s: seconds of silence after which an actor is replaced.
   """
   env_name: str
   env_options: dict
@@ -39,6 +40,28 @@ class ActorPoolConfig(NamedTuple):
   num_actors: int = 1
   seed: int = 0
   max_restarts: int = 20
+  hang_timeout_s: float = 300.0
+
+
+class ActorFailure(RuntimeError):
+  """Actors keep dying or hanging beyond the allowed number of restarts, or
+  an environment failed for good (e.g. too many consecutive crashes)."""
+
+
+# An actor starting up (a new process importing TensorFlow, building its
+# envs: an SC2 launch takes minutes) counts as hung only after this long,
+# or the hang timeout if that is longer.
+STARTUP_TIMEOUT_S = 600.0
+
+
+def hang_limit(config: ActorPoolConfig, started: bool) -> Tuple[float, str]:
+  """(seconds, name for messages) of silence after which an actor counts
+  as hung: `config.hang_timeout_s`, or for one not yet `started`, at least
+  `STARTUP_TIMEOUT_S`."""
+  if started or config.hang_timeout_s >= STARTUP_TIMEOUT_S:
+    timeout = config.hang_timeout_s
+    return timeout, f'--actor_timeout_s={timeout:g}'
+  return STARTUP_TIMEOUT_S, f'the {STARTUP_TIMEOUT_S:g} s allowed for a start'
 
 
 def actor_seed(config: ActorPoolConfig, actor_id: int, generation: int):

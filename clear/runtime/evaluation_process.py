@@ -35,9 +35,9 @@ from typing import Dict, List, NamedTuple
 from clear import types
 from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
-from clear.runtime import actor_pool
 from clear.runtime import devices
 from clear.runtime import evaluation
+from clear.runtime import local_actors
 
 KINDS = ('auto', 'learner', 'process')
 # Restarts of a dead evaluation process before the run stops.
@@ -206,7 +206,7 @@ class EvaluationProcess:
     self._process = self._ctx.Process(
         target=_evaluation_process, args=(self._config, child),
         name='clear-evaluator', daemon=True)
-    with actor_pool.children_ignore_sigint(), devices.children_see_no_gpu():
+    with local_actors.children_ignore_sigint(), devices.children_see_no_gpu():
       self._process.start()
     child.close()
     self._connection = parent

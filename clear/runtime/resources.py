@@ -3,12 +3,15 @@ and the memory of its processes, watched while it runs.
 
 A replay buffer allocates its whole capacity at its first insert (see
 `clear.replay.buffer.ReplayBuffer.storage_plan`): in memory, or for memmap
-storage as `.npy` files under the logdir. A capacity the machine cannot hold
-would otherwise fail minutes later with a NumPy memory error, after a checkpoint
-was written. `check_replay_fits` compares the plan with the memory
-available now (psutil's `available`: free plus reclaimable caches) and the
-free disk under the memmap folder, and refuses with one message naming the
-flag, the bytes needed and the bytes there are.
+storage as `.npy` files under the logdir, allocated before the run starts
+(`allocate_replay`). A capacity the machine cannot hold would otherwise fail
+minutes later with a NumPy memory error, after a checkpoint was written.
+`check_replay_fits` compares the plan with the memory available now
+(psutil's `available`: free plus reclaimable caches) and the free disk under
+the logdir, which holds the memmap files and, in every checkpoint's
+`state-N` folder, a copy of the replay's contents: the kept checkpoints and
+one being written. It refuses with one message naming the flag, the bytes
+needed and the bytes there are.
 
 `tree_memory` measures the learner's process and its descendants (actor
 processes, a local Ray's workers); `MemoryWatch` keeps the peak of such
@@ -16,6 +19,7 @@ readings over a run, taken at most once every `interval_s` (reading PSS
 walks each process's page tables: tens of milliseconds for a large one).
 """
 
+import errno
 import glob
 import logging
 import os
@@ -77,13 +81,35 @@ def _per_item(nbytes: int, need: ReplayNeed) -> int:
   return -(-nbytes // need.plan.capacity)
 
 
-def free_disk(folder: str) -> int:
+def _allocated(paths) -> int:
+  """Bytes of disk the files at `paths` (and under those that are folders)
+  take."""
+  total = 0
+  for path in paths:
+    files = [path] if os.path.isfile(path) else [
+        os.path.join(root, name) for root, _, names in os.walk(path)
+        for name in names]
+    for name in files:
+      try:
+        total += os.lstat(name).st_blocks * 512
+      except OSError:  # Gone meanwhile.
+        pass
+  return total
+
+
+def free_disk(folder: Optional[str], checkpoints: Optional[str] = None
+              ) -> int:
   """Free bytes on the file system of `folder` (or of its nearest existing
   parent), plus what the memmap files already there take, as a new buffer
-  replaces them."""
-  existing = sum(os.path.getsize(p) for p in glob.glob(
-      os.path.join(glob.escape(folder), '*.npy')) if os.path.isfile(p))
-  path = os.path.abspath(folder)
+  replaces them; with `checkpoints` (a checkpoint folder, where `folder`
+  may be None), plus what its `state-*` folders take, as the next
+  checkpoints replace them."""
+  existing = _allocated(glob.glob(
+      os.path.join(glob.escape(folder), '*.npy')) if folder else [])
+  if checkpoints:
+    existing += _allocated(glob.glob(
+        os.path.join(glob.escape(checkpoints), 'state-*')))
+  path = os.path.abspath(folder or checkpoints)
   while not os.path.exists(path):
     path = os.path.dirname(path)
   return shutil.disk_usage(path).free + existing
@@ -115,15 +141,21 @@ def replay_needs(buffer: Optional[replay_lib.ReplayBuffer],
 
 def check_replay_fits(needs: List[ReplayNeed],
                       available_memory: Optional[int] = None,
-                      disk_free: Optional[int] = None) -> List[str]:
+                      disk_free: Optional[int] = None,
+                      checkpoints: Optional[str] = None,
+                      checkpoint_copies: int = 0) -> List[str]:
   """Refuses replay buffers the machine cannot hold; logs (and returns) a
-  warning for ones that fit but take most of the memory there is.
+  warning for ones that fit but take most of the memory or disk there is.
 
   Args:
     needs: the run's buffers.
     available_memory: bytes of memory available (default: psutil's).
-    disk_free: free bytes for memmap files (default: `free_disk` of each
-      buffer's directory).
+    disk_free: free bytes for the memmap files and checkpoint copies
+      (default: `free_disk` of the buffers' directory and `checkpoints`).
+    checkpoints: the folder whose `state-N` folders each hold a copy of the
+      buffers' contents, or None not to count them.
+    checkpoint_copies: how many such copies there are at once (the
+      checkpoints kept, and one being written).
 
   Returns:
     The warnings logged.
@@ -156,22 +188,65 @@ def check_replay_fits(needs: List[ReplayNeed],
         f'The replay will take {format_bytes(memory)} of the '
         f'{format_bytes(available_memory)} of memory available now: the '
         'learner and the actors may run short.')
-  for need in needs:
-    if not need.plan.disk_bytes:
-      continue
-    free = disk_free if disk_free is not None else free_disk(need.directory)
-    if need.plan.disk_bytes > free:
+  copies = checkpoint_copies if checkpoints else 0
+  on_disk = [n.plan.disk_bytes + copies * (n.plan.memory_bytes +
+                                           n.plan.disk_bytes) for n in needs]
+  disk = sum(on_disk)
+  if disk:
+    directory = next((n.directory for n in needs if n.directory), None)
+    free = disk_free if disk_free is not None else free_disk(directory,
+                                                             checkpoints)
+    where = os.path.dirname(checkpoints) if copies else directory
+    parts = ['the memory-mapped buffer'] if directory else []
+    if copies:
+      parts.append(f'{copies} copies in checkpoints, the kept ones and one '
+                   'being written')
+    biggest, bytes_of_biggest = max(zip(needs, on_disk), key=lambda p: p[1])
+    per_item = format_bytes(_per_item(bytes_of_biggest, biggest))
+    if disk > free:
+      fits = biggest.fitting(free - (disk - bytes_of_biggest),
+                             bytes_of_biggest)
       raise ReplayTooLarge(
-          f'{need.flag}={need.value}: the memory-mapped replay needs '
-          f'{_exact(need.plan.disk_bytes)} of disk '
-          f'({format_bytes(_per_item(need.plan.disk_bytes, need))} per '
-          f'unroll) under {need.directory}, '
-          f'and {_exact(free)} is free there. Give a smaller {need.flag} '
-          f'(about {need.fitting(free, need.plan.disk_bytes):,} '
-          f'{need.unit} fit), or another --logdir.')
+          f'{biggest.flag}={biggest.value}: the '
+          f'{"replay" if copies else "memory-mapped replay"} needs '
+          f'{_exact(disk)} of disk ({per_item} per unroll'
+          f'{": " + " and ".join(parts) if copies else ""}) under {where}, '
+          f'and {_exact(free)} is free there. Give a smaller {biggest.flag} '
+          f'(about {fits:,} {biggest.unit} fit), or another --logdir.')
+    if disk > WARN_SHARE * free:
+      warnings.append(
+          f'The replay will take {format_bytes(disk)} of the '
+          f'{format_bytes(free)} of disk free under {where} '
+          f'({" and ".join(parts)}): the disk may fill up as the run goes '
+          'on.')
   for warning in warnings:
     logging.warning('%s', warning)
   return warnings
+
+
+def allocate_replay(buffer: replay_lib.ReplayBuffer, need: ReplayNeed, item):
+  """Allocates `buffer`'s storage for unrolls like `item` (the disk blocks
+  of its memory-mapped files), so that a disk that cannot hold them stops
+  the run before it starts.
+
+  Raises:
+    ReplayTooLarge: the disk is full (ENOSPC, EDQUOT); one line naming the
+      flag, the folder and the bytes, and none of the files is left.
+  """
+  try:
+    buffer.allocate(item)
+  except OSError as e:
+    if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+      raise
+    free = free_disk(need.directory)
+    raise ReplayTooLarge(
+        f'{need.flag}={need.value}: the memory-mapped replay could not '
+        f'allocate its {_exact(need.plan.disk_bytes)} of disk under '
+        f'{need.directory}: no space left on the device ({e.strerror} '
+        f'writing {e.filename}); {_exact(free)} is free there. Give a '
+        f'smaller {need.flag} (about '
+        f'{need.fitting(free, need.plan.disk_bytes):,} {need.unit} fit), '
+        'or another --logdir.') from e
 
 
 class TreeMemory(NamedTuple):

@@ -41,6 +41,8 @@ class RunConfig(NamedTuple):
       '/GPU:1' (see `devices.learner_device`); actors never use a GPU.
     checkpoint_interval_s, log_interval_s: periods of those writes.
     max_actor_restarts: dead-actor restarts before the run fails.
+    actor_timeout_s: seconds of silence after which an actor counts as hung
+      and is replaced.
     allow_empty_replay_on_resume: resume even when the checkpoint's replay
       contents are missing, with an empty buffer (logged as a warning).
     stop_on_nonfinite: stop the run at the first update skipped for
@@ -84,6 +86,7 @@ class RunConfig(NamedTuple):
   checkpoint_interval_s: float = 600.0
   log_interval_s: float = 10.0
   max_actor_restarts: int = 20
+  actor_timeout_s: float = 300.0
   allow_empty_replay_on_resume: bool = False
   stop_on_nonfinite: bool = False
   init_from: str = ''

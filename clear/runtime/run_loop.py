@@ -17,7 +17,10 @@ Checkpoint N (`checkpoints/ckpt-N`) has a folder `checkpoints/state-N` with
 the replay buffers, the unrolls not yet learned from, the episode
 statistics and, for inline actors, the actors themselves (env states, last
 outputs, recurrent states, sampling RNGs), so a resumed inline run
-continues exactly where the interrupted one stopped.
+continues exactly where the interrupted one stopped. A write that fails (a
+full disk, a read-only file system) stops the run with one message
+(`checkpoint_lib.WriteError`) naming the path and the checkpoint the same
+command resumes from; nothing of the checkpoint being written is left.
 """
 
 import collections
@@ -114,12 +117,17 @@ class _Run:
           seed=config.seed, storage=config.replay_storage,
           directory=os.path.join(config.logdir, 'replay_memmap'),
           stacked_observations=spec.stacked_frames)
-    resources.check_replay_fits(resources.replay_needs(
+    item = self._item_template()
+    needs = resources.replay_needs(
         self.buffer, config.replay_buffer_size, self.policy.replay_buffers(),
-        lc, self._item_template()))
+        lc, item)
+    checkpoints = os.path.join(config.logdir, 'checkpoints')
+    # Each checkpoint kept, and one being written, copies the replay.
+    resources.check_replay_fits(
+        needs, checkpoints=checkpoints,
+        checkpoint_copies=checkpoint_lib.MAX_TO_KEEP + 1)
     self.checkpointer = checkpoint_lib.Checkpointer(
-        os.path.join(config.logdir, 'checkpoints'),
-        {**self.policy.checkpointables(), 'phase': self.phase})
+        checkpoints, {**self.policy.checkpointables(), 'phase': self.phase})
     self.restored = self.checkpointer.restore_latest()
     if not self.restored:
       checkpoint_lib.check_fresh_start(config.logdir, saved_identity)
@@ -140,6 +148,8 @@ class _Run:
     # Seconds this run has spent running, summed over its resumes.
     self._run_time_before = 0.0
     self._started = time.monotonic()
+    if self.buffer is not None and self.buffer.storage == 'memmap':
+      resources.allocate_replay(self.buffer, needs[0], item)
     if self.restored:
       self._restore_state()
     self._advance_phase()
@@ -274,6 +284,11 @@ class _Run:
 
     Args:
       actor_state: the actors' `get_state`, when they can be continued.
+
+    Raises:
+      checkpoint_lib.WriteError: a write failed (a full disk, say);
+        nothing of checkpoint N is left, and the message names the path,
+        the cause and what is intact.
     """
     self.record_identity()
     number = self.checkpointer.next_number
@@ -281,19 +296,20 @@ class _Run:
     partial = final + '.partial'
     for stale in (partial, final):
       shutil.rmtree(stale, ignore_errors=True)
+    writing = final
     try:
       self._write_state(partial, actor_state)
-    except OSError as e:  # A full disk, for one: say what it left intact.
-      shutil.rmtree(partial, ignore_errors=True)
-      kept = self.checkpointer.kept_numbers
-      last = (f'ckpt-{max(kept)} with its state is untouched; free space '
-              'and rerun the same command to resume from there' if kept else
-              'there is no earlier checkpoint; free space and rerun the same '
-              'command to start again')
-      raise OSError(f'Could not write checkpoint {number} ({final}): {e}. '
-                    f'Nothing of it was kept, and {last}.') from e
-    os.replace(partial, final)
-    self.checkpointer.save()
+      os.replace(partial, final)
+      writing = os.path.join(self.checkpointer.directory,
+                             f'{checkpoint_lib.CHECKPOINT_NAME}-{number}')
+      self.checkpointer.save()  # Leaves nothing of N when it fails.
+    except (OSError, tf.errors.OpError) as e:
+      for path in (partial, final):
+        shutil.rmtree(path, ignore_errors=True)
+      raise checkpoint_lib.write_error(
+          f'checkpoint {number} ({writing})', e,
+          [n for n in self.checkpointer.kept_numbers if n < number],
+          'Nothing of it was kept, and ') from e
     kept = set(self.checkpointer.kept_numbers)
     for path in glob.glob(os.path.join(self.checkpointer.directory,
                                        'state-*')):
@@ -609,7 +625,8 @@ def _train(config, stop_requested, max_updates, on_start, lock):
         unroll_length=lc.unroll_length,
         num_actors=config.num_actors,
         seed=actor_seed_base(config, run.version),
-        max_restarts=config.max_actor_restarts)
+        max_restarts=config.max_actor_restarts,
+        hang_timeout_s=config.actor_timeout_s)
     if run.schedule is not None:
       logging.info('Task %s from %s frames.', run.task_name,
                    f'{run.frames:,}')
@@ -660,6 +677,7 @@ def _train(config, stop_requested, max_updates, on_start, lock):
   stopped_early = False
   evaluation = None
   memory = resources.MemoryWatch()
+  failed = None  # The write error that stopped the run, if one did.
   try:
     if run.schedule is not None or config.eval_interval_frames:
       evaluation = evaluation_lib.PeriodicEvaluation(
@@ -736,13 +754,29 @@ def _train(config, stop_requested, max_updates, on_start, lock):
                                       memory)
       if not memory_logged:  # The peak includes the end.
         _log_memory(memory, run.frames, force=True)
+  except tf.errors.OpError as e:  # An event file on a full disk, say.
+    if checkpoint_lib.write_errno(e) is None:
+      raise
+    failed = checkpoint_lib.write_error(f'the event file in {config.logdir}',
+                                        e, run.checkpointer.kept_numbers)
+    raise failed from e
+  except checkpoint_lib.WriteError as e:
+    failed = e
+    raise
   finally:
     actor_state = _actor_state(pool)
     pool.close()
-    run.save(actor_state)
-    if evaluation is not None:
-      evaluation.finish()
-    writer.flush()
+    try:
+      if failed is None:  # After a failed write, the next would fail too.
+        run.save(actor_state)
+    finally:
+      if evaluation is not None:
+        evaluation.finish()
+      try:
+        writer.flush()
+      except tf.errors.OpError as e:  # Events lost; the checkpoint is not.
+        logging.warning('Could not write the event file in %s: %s.',
+                        config.logdir, checkpoint_lib.write_failure(e)[0])
   return RunResult(run.frames, run.policy.num_updates, run.phase_name,
                    run.episodes.mean_return, run.episodes.total,
                    time.monotonic() - start, first_update_s, stopped_early,
