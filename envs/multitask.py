@@ -63,6 +63,15 @@ def is_sequence(name: str) -> bool:
   return SEPARATOR in name
 
 
+def held_from_the_start(name: str) -> bool:
+  """Whether an actor playing sequence `name` builds every task's envs
+  when it starts: yes for in-process envs (Atari, MinAtar, gym), so that a
+  first visit costs no start-up; no for sc2, whose envs are game processes
+  of their own."""
+  family, _, _ = registry.parse_name(split_sequence(name)[0])
+  return family not in _SHARED_SPEC_FAMILIES
+
+
 def split_sequence(name: str) -> List[str]:
   """'gym:CartPole-v1, gym:Acrobot-v1' -> ['gym:CartPole-v1', ...].
 

@@ -1,8 +1,9 @@
 """A task sequence switches tasks inside the actors it has, and evaluates
 every task in one batch.
 
-Switching: an actor switched in place acts exactly as one built for the
-task would (its envs, sampling seed, fresh episodes and core state); it
+Switching: an actor holds every task's envs from its start (a switch builds
+none), each seeded apart; switched in place it acts exactly as one that
+played nothing before (sampling seed, fresh episodes and core state); it
 keeps its process, and its envs for a later visit; unrolls of the task
 before are dropped; a restarted actor starts on the current task; inline
 actors save the envs they hold, so a resume goes on as an uninterrupted run.
@@ -69,7 +70,9 @@ def assert_same_unrolls(a, b):
 # --- Workers -----------------------------------------------------------------
 
 
-def test_a_switched_worker_acts_as_one_built_for_the_task():
+def test_a_switched_worker_acts_as_one_that_played_nothing_before():
+  # Nothing of the task played before (episodes, core state, weights,
+  # sampling stream) reaches the task switched to.
   weights = learner_weights()
   switched = actor_worker.ActorWorker(sequence_config(seed=5), actor_id=1)
   try:
@@ -78,9 +81,8 @@ def test_a_switched_worker_acts_as_one_built_for_the_task():
     switch = actor_worker.TaskSwitch(number=1, task=1, seed=11)
     switched.switch_task(switch)
     assert switched.switch_number == 1
-    fresh = actor_worker.ActorWorker(
-        actor_worker.switched_config(sequence_config(seed=5), switch),
-        actor_id=1)
+    fresh = actor_worker.ActorWorker(sequence_config(seed=5), actor_id=1)
+    fresh.switch_task(switch)
     try:
       # Same version as before the switch: the switch alone makes the
       # worker load the published weights again.
@@ -93,6 +95,32 @@ def test_a_switched_worker_acts_as_one_built_for_the_task():
       fresh.close()
   finally:
     switched.close()
+
+
+def test_a_worker_builds_every_tasks_envs_at_its_start_each_seeded_apart(
+    monkeypatch):
+  weights = learner_weights()
+  config = sequence_config(seed=4)._replace(
+      env_name='gym:CartPole-v1,gym:Acrobot-v1,gym:CartPole-v1')
+  worker = actor_worker.ActorWorker(config, actor_id=0)
+  try:
+    held = dict(worker._envs)  # pylint: disable=protected-access
+    assert sorted(held) == [0, 1, 2]
+    # A switch builds nothing: it plays the envs built at the start.
+    monkeypatch.setattr(envs, 'make', None)
+    starts = {}
+    for number, task in enumerate([2, 1, 0], start=1):
+      worker.switch_task(actor_worker.TaskSwitch(number, task, 9))
+      assert worker.actor._env is held[task]  # pylint: disable=protected-access
+      starts[task] = worker.collect(weights, 0).unroll.env_outputs.observation
+    # CartPole twice: the two tasks' envs are seeded apart, so their first
+    # episodes start from other states.
+    assert not np.array_equal(starts[0]['vector'][0], starts[2]['vector'][0])
+  finally:
+    worker.close()
+  assert envs.multitask.held_from_the_start('minatar:Breakout,minatar:Asterix')
+  assert not envs.multitask.held_from_the_start('sc2:MoveToBeacon,'
+                                                'sc2:CollectMineralShards')
 
 
 def test_a_revisited_task_starts_fresh_episodes_in_the_envs_it_kept():

@@ -10,6 +10,8 @@ its workers.
 
 from typing import NamedTuple, Tuple
 
+import numpy as np
+
 from clear import snapshot
 from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
@@ -68,6 +70,13 @@ def actor_seed(config: ActorPoolConfig, actor_id: int, generation: int):
   return config.seed + 1000 * (actor_id + 1) + 100_000 * generation
 
 
+def task_seed(seed: int, task: int) -> int:
+  """The seed of task `task`'s envs in a worker seeded with `seed` that
+  builds them at its start: drawn from both, so no two tasks (a game
+  named twice, say) and no two workers share one."""
+  return int(np.random.SeedSequence([seed, task]).generate_state(1)[0])
+
+
 class TaskSwitch(NamedTuple):
   """The task the actors play: the `number`-th switch of the pool (0: the
   task it was built with), the task's index in the sequence (the `task`
@@ -88,11 +97,15 @@ def switched_config(config: ActorPoolConfig,
 class ActorWorker:
   """An env per task plus an acting policy copy; the unit every pool runs.
 
-  A task's envs are built on its first visit, seeded with `actor_seed` of
-  the pool's seed at that visit, and kept: a later visit starts fresh
-  episodes in them, their random streams going on from where the visit
-  before left them (building Atari envs costs about 0.1 s each, resetting
-  them a few milliseconds).
+  The envs of every task of a sequence are built when the worker starts
+  (building Atari envs costs about 0.1 s each, which a switch would
+  otherwise pay on a task's first visit): the active task's seeded with
+  `actor_seed`, each other task's with a seed drawn from it and the task's
+  index (`task_seed`). A visit starts fresh episodes in them, their random
+  streams going on from where the visit before left them (resetting costs
+  a few milliseconds). Sequences whose envs are game processes of their
+  own (sc2) build a task's envs on its first visit instead, seeded with
+  `actor_seed` of the pool's seed at that visit.
   """
 
   def __init__(self, config: ActorPoolConfig, actor_id: int,
@@ -105,12 +118,26 @@ class ActorWorker:
     seed = actor_seed(config, actor_id, generation)
     env = self._make_env(config, seed)
     try:
+      self._build_other_tasks(seed)
       policy = registry.make_policy(config.algorithm, env.spec,
                                       config.agent_config, seed=seed)
     except BaseException:
-      env.close()
+      self.close()
       raise
     self.actor = actor_lib.Actor(env, policy, config.unroll_length, actor_id)
+
+  def _build_other_tasks(self, seed: int):
+    """Builds the envs of every task but the active one, when the
+    sequence's envs are held from the start."""
+    import envs  # pylint: disable=g-import-not-at-top
+    name = self._config.env_name
+    if not (envs.multitask.is_sequence(name) and
+            envs.multitask.held_from_the_start(name)):
+      return
+    for task in range(len(envs.multitask.split_sequence(name))):
+      if task not in self._envs:
+        self._make_env(switched_config(self._config, TaskSwitch(0, task, 0)),
+                       task_seed(seed, task))
 
   def _make_env(self, config: ActorPoolConfig, seed: int):
     import envs  # pylint: disable=g-import-not-at-top
