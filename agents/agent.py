@@ -446,8 +446,9 @@ def make_agent(env_spec: types.EnvSpec,
       which layer-normalises the pre-activation of the image torsos' final
       linear layer and of each MLP hidden layer across its units, with a
       learnable gain and offset (`snt.LayerNorm`): `act(norm(linear(x)))`.
-      The shallow torso's linear layer (fan-in 3,872) has lost most of its
-      ReLU units on Pong at learning rates >= 8e-4; normalised across units,
+      Normalised across units, a wide layer (the shallow torso's linear
+      layer has fan-in 3,872) cannot lose all its ReLU units at once at a
+      high learning rate (docs/training.md#why-these-defaults):
       its pre-activations cannot all fall below zero together.
       'layer_norm_all' also normalises each conv layer's pre-activation
       over the whole `[H, W, C]` map of a frame, with a gain and offset per

@@ -17,9 +17,9 @@ keep a gradient there.
 With `norm='layer_norm'` (`NORMS`), the pre-activation of the image torsos'
 final linear layer and of each MLP hidden layer is layer-normalised across
 its units (`snt.LayerNorm` over the last axis, with a learnable gain and
-offset) before the activation: `act(norm(linear(x)))`. ReLU units of the
-shallow torso's linear layer (fan-in 3,872) have been seen to die en masse on
-Pong at learning rates of 8e-4 and above; normalised across units, the
+offset) before the activation: `act(norm(linear(x)))`. It keeps the ReLU
+units of a wide layer (the shallow torso's linear one has fan-in 3,872) from
+dying together at high learning rates: normalised across units, the
 pre-activations of a frame have zero mean and unit variance before the gain
 and offset, so they cannot all drop below zero together.
 

@@ -4,9 +4,9 @@ Fills two `clear.replay.buffer.ReplayBuffer`s of the same capacity with
 the same real Pong unrolls (random actions, the Atari defaults: 84x84 frames,
 stack of 4, step multiplier 4, unrolls of 20 steps, an LSTM-256 agent state and
 behaviour logits beside them): one stores the frame stacks as they arrive
-(`as_is`, the storage before frame-once), the other each distinct frame
-once (`frame_once`, `stacked_observations=('frame',)`). Prints one JSON
-object with, per buffer:
+(`as_is`, as a buffer without `stacked_observations` does), the other each
+distinct frame once (`frame_once`, `stacked_observations=('frame',)`).
+Prints one JSON object with, per buffer:
   * bytes held, per unroll and per env frame (an unroll is
     unroll_length x step_mul env frames); `bytes_ratio` is frame_once /
     as_is (target <= 0.30);

@@ -91,8 +91,8 @@ class Run(NamedTuple):
     run_time: `Series` of the seconds the run had spent running (resumes
       summed, downtime excluded) against env frames, or None.
     eval_noise: dict task -> `Series` of the half-widths of its
-      evaluations' 95% intervals (`eval/<task>/return_ci95`; runs of older
-      code have none).
+      evaluations' 95% intervals (`eval/<task>/return_ci95`; empty for a
+      run that did not log them).
     usage: its `clear.analysis.usage.RunUsage`, or None.
   """
   label: str

@@ -428,7 +428,7 @@ def test_flags_reach_the_learner_and_a_resume_keeps_the_recorded_lambda(
   changed = parse(SEQUENCE, '--frames_per_task=10', logdir,
                   '--continual_method=online_ewc', '--ewc_lambda=30')
   assert changed.learner_config.ewc_lambda == 30.0
-  # Without a method, run.json records what it always did.
+  # Without a method, run.json records no method and none of its settings.
   plain = parse(SEQUENCE, '--frames_per_task=10')
   assert not set(run_config.run_settings(plain)) & {
       'ewc_lambda', 'ewc_gamma', 'ewc_fisher_batches'}

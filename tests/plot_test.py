@@ -509,7 +509,7 @@ def test_group_seeds_draws_the_mean_and_interval(seed_runs, tmp_path,
   np.testing.assert_allclose(y_ranges[TASKS[0]], (-2.25, 47.25))
   # Acrobot: means -99 to -91, levels -100 and -96.
   np.testing.assert_allclose(y_ranges[TASKS[1]], (-100.45, -90.55))
-  # Without the flag: one line per run, as before.
+  # Without the flag: one line per run.
   lines.clear()
   plot.plot_runs(loaded, str(tmp_path / 'runs.png'), training_panel=False)
   labels = {label for ax, label, _, _ in lines

@@ -199,7 +199,7 @@ def _write_results(logdir, index):
 def test_test_results_are_kept_beside_the_earlier_ones(tmp_path):
   logdir = str(tmp_path)
   with open(os.path.join(logdir, 'test_results.json'), 'w') as f:
-    json.dump({'env': 'x', 'num_episodes': -1}, f)  # An earlier version's.
+    json.dump({'env': 'x', 'num_episodes': -1}, f)  # A single summary.
   # Twelve test runs from four processes at once: none is lost.
   ctx = multiprocessing.get_context('spawn')
   with ctx.Pool(4) as pool:

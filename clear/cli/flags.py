@@ -119,9 +119,9 @@ flags.DEFINE_enum('torso_norm', None, list(agents_lib.TORSO_NORMS),
                   "Normalisation of the pre-activations of the torso's final "
                   'linear layer (each hidden layer of the mlp torso): none '
                   "(the papers'), layer_norm (across units, with a "
-                  "learnable gain and offset). Without it the shallow "
-                  "torso's linear layer lost most of its ReLU units on "
-                  'some Pong seeds at learning rates >= 8e-4; normalised '
+                  "learnable gain and offset), which keeps a wide layer's "
+                  'ReLU units from dying together at high learning rates: '
+                  'normalised '
                   'across units, they cannot all fall below zero together. '
                   'layer_norm_all also normalises each conv layer over the '
                   "whole map of a frame (a gain and offset per channel). "
@@ -150,8 +150,8 @@ flags.DEFINE_float('rmsprop_epsilon', 1e-5,
                    "RMSProp's epsilon; see --rmsprop_epsilon_outside for "
                    "where it is added. IMPALA's 0.01 under the root leaves "
                    "the LSTM's kernels, whose gradients are about 1e-3, at "
-                   'a few percent of the normalised step; 1e-5 learned '
-                   'Pong about 10M frames sooner (README).')
+                   'a few percent of the normalised step; 1e-5 does not '
+                   '(docs/training.md).')
 flags.DEFINE_bool('rmsprop_epsilon_outside', False,
                   "Add RMSProp's epsilon after the square root, "
                   "lr g / (sqrt(ms) + eps), as PyTorch and TorchBeast, "

@@ -1,17 +1,17 @@
 """How a run names, records and checks its continual-learning method.
 
 `--continual_method` picks one of `CONTINUAL_METHODS` for the IMPALA-CLEAR
-learner: 'none' (the learner as it always was), 'ewc' or 'online_ewc'
-(`clear.continual.ewc`), or 'pnc', Progress & Compress (`clear.continual.pnc`,
-`clear.algorithms.pnc`: two columns, online EWC on the knowledge base in its
-compress phases). A method changes what a checkpoint holds (anchors, Fishers
-and the unrolls kept for the next Fisher), so a run's method and the size of
-its kept unrolls (and, for 'pnc', where its phases fall and whether a switch
-re-draws the active column) are part of the identity its run.json records,
-and a resume with another method is refused; the penalty's weight, online
-EWC's decay and the number of Fisher batches are settings a resume may
-change (kept from run.json when their flags are left unset, like the batch
-size).
+learner: 'none' (nothing added to its loss or its checkpoints), 'ewc' or
+'online_ewc' (`clear.continual.ewc`), or 'pnc', Progress & Compress
+(`clear.continual.pnc`, `clear.algorithms.pnc`: two columns, online EWC on
+the knowledge base in its compress phases). A method changes what a
+checkpoint holds (anchors, Fishers and the unrolls kept for the next
+Fisher), so a run's method and the size of its kept unrolls (and, for
+'pnc', where its phases fall and whether a switch re-draws the active
+column) are part of the identity its run.json records, and a resume with
+another method is refused; the penalty's weight, online EWC's decay and the
+number of Fisher batches are settings a resume may change (kept from
+run.json when their flags are left unset, like the batch size).
 
 Defaults (`impala.config.LearnerConfig`): 100 Fisher batches of `batch_size`
 unrolls and gamma 0.99, as CORA (Powers et al. 2022) used; the Fisher drawn
@@ -19,11 +19,8 @@ from the task's last 100,000 frames (5,000 MinAtar unrolls, about 100 MB),
 where CORA kept 1M frames on disk; lambda 1, for P&C's compress phases
 too. This project's losses are sums over the T x B steps of a batch, as
 TorchBeast's and so CORA's, so lambda is in CORA's units, where CORA ran EWC
-at 10,000 and Progress & Compress searched 500 to 3,000. On the five-game
-MinAtar sequence (results/minatar) a grid of 1000, 100, 10 and 1 on one seed
-found every lambda above 1 learning each game to half IMPALA's best return
-or less; at 1 EWC ends level with IMPALA and forgets a quarter less per
-visit, so 1 is the default.
+at 10,000 and Progress & Compress searched 500 to 3,000. Why lambda is 1:
+docs/continual.md#methods-built-for-forgetting.
 """
 
 from typing import Dict
@@ -42,8 +39,8 @@ def method_of(learner_config) -> str:
 
 
 def identity(learner_config) -> Dict[str, object]:
-  """run.json identity fields of the method: none for 'none', so runs made
-  before methods existed keep a valid run.json."""
+  """run.json identity fields of the method: none for 'none', so a run.json
+  without `continual_method` is that of a run without a method."""
   method = method_of(learner_config)
   if method == 'none':
     return {}

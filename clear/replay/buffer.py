@@ -33,8 +33,9 @@ sum tree, so draws and updates cost O(log N) each.
 The state (contents, counters, sampler RNG, priorities) saves to `.npy` files
 plus a JSON description, read back with `allow_pickle=False`, so nothing on
 disk can execute code. A stacked leaf saves as its planes and tables
-(`frames_<leaf>_*.npy`); a state saved before frame-once storage existed
-(the leaf as `contents_<leaf>.npy` stacks) is converted when restored.
+(`frames_<leaf>_*.npy`); a state that holds the leaf as whole stacks
+(`contents_<leaf>.npy`, as a buffer that stores them as they arrive saves
+them) is converted when restored.
 """
 
 import json
@@ -624,8 +625,8 @@ class ReplayBuffer:
           arrays = frame_store.FrameStore.subset_arrays(arrays, keep)
         leaf.load_arrays(arrays, size)
         continue
-      # Stacks saved as they arrived (as by the buffer before frame-once
-      # storage) are read lazily and encoded slot by slot.
+      # Stacks saved whole (by a buffer that stores them as they arrive) are
+      # read lazily and encoded slot by slot.
       saved = np.load(os.path.join(directory, f'contents_{i:03d}.npy'),
                       mmap_mode='r' if is_store or keep is not None else None,
                       allow_pickle=False)

@@ -125,8 +125,8 @@ class Evaluator:
           raise ValueError(f'Evaluator: the policy was built for '
                            f'{policy.spec.name!r}, whose spec differs from '
                            f'{env_name!r} task {name!r}.')
-        # Started once here: an evaluation's episodes are each env's
-        # second and later starts, as they have always been.
+        # Started once here; every evaluation then starts fresh episodes
+        # (each env's second and later ones).
         env.reset()
     except BaseException:
       self.close()
@@ -388,8 +388,8 @@ def record_episodes(config: run_config_lib.RunConfig,
 
 def write_test_results(logdir: str, summary: dict) -> str:
   """Adds `evaluate`'s summary, with the time, to the list of test runs in
-  `logdir/test_results.json` (`{"runs": [...]}`, oldest first; a file of
-  the single-summary form earlier versions wrote becomes the list's first
+  `logdir/test_results.json` (`{"runs": [...]}`, oldest first; a file
+  holding a single summary instead of the list becomes the list's first
   entry). Test runs at the same time take turns (an OS lock on the logdir),
   and the file is replaced atomically (a temporary file, then a rename), so
   no result is lost or half-written. Returns the path.
@@ -419,8 +419,7 @@ def write_test_results(logdir: str, summary: dict) -> str:
 
 def read_test_results(logdir: str) -> List[dict]:
   """The test runs recorded in `logdir/test_results.json`, oldest first
-  ([] without the file; one entry for a file of the earlier single-summary
-  form).
+  ([] without the file; one entry for a file holding a single summary).
 
   Raises:
     OSError: the file cannot be read.
@@ -437,5 +436,5 @@ def read_test_results(logdir: str) -> List[dict]:
   if isinstance(value, dict) and isinstance(value.get('runs'), list):
     return value['runs']
   if isinstance(value, dict) and 'env' in value:
-    return [value]  # Written by an earlier version: one test run.
+    return [value]  # A single summary: one test run.
   raise ValueError(f'{path} holds no test runs; move it away.')

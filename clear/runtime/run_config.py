@@ -119,8 +119,8 @@ def run_identity(config: RunConfig):
               'separate_critic': config.agent_config.separate_critic,
               'env_options': {k: config.env_options[k]
                               for k in sorted(config.env_options)}}
-  # Core options only when they are not the defaults, which every run made
-  # before they existed had: those runs' run.json stay valid.
+  # Core options only when they are not the defaults, so that a run.json
+  # without them stands for the defaults.
   for name in policy_lib.CORE_OPTION_FIELDS:
     value = getattr(config.agent_config, name)
     if value != policy_lib.AgentConfig._field_defaults[name]:

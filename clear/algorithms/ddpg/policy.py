@@ -23,7 +23,7 @@ docstring and `clear.algorithms.off_policy.config` describe them; DDPG's
 num_critics defaults to 1) and DDPG's own, below (defaults in brackets). The
 defaults are the ones checked on gym:Pendulum-v1 with 64-unit MLPs (learning
 rates 1e-3 and noise 0.1 as in the usual DDPG/TD3 settings; batches of 128
-instead of 256):
+instead of 256; docs/algorithms.md#ddpg):
   exploration_noise [0.1]: std of the Gaussian acting noise, as a fraction
     of the half range of each action entry (shipped to actors with the
     weights).

@@ -18,6 +18,8 @@ DISCOUNT_PER = ('step', 'frame')
 class LearnerConfig(NamedTuple):
   """Hyperparameters of the IMPALA-CLEAR learner (defaults: CLEAR paper).
 
+  Why each default: docs/training.md#why-these-defaults.
+
   Attributes:
     batch_size: unrolls per batch, replayed ones included.
     num_replay: leading batch columns that come from replay.
@@ -52,9 +54,9 @@ class LearnerConfig(NamedTuple):
     optimizer: 'adam' or 'rmsprop' (IMPALA's choice).
     adam_beta1, adam_beta2, adam_epsilon: Adam parameters.
     rmsprop_decay, rmsprop_momentum, rmsprop_epsilon: RMSProp parameters
-      (IMPALA's Atari decay and momentum; epsilon 1e-5, not IMPALA's 0.01:
-      under the root, 0.01 scales the step of every weight whose gradient
-      RMS is well below 0.1 down by RMS / 0.1, which on Pong held the LSTM's
+      (IMPALA's Atari decay and momentum; epsilon 1e-5, not IMPALA's 0.01,
+      which under the root would slow every weight with small gradients
+      and hold the LSTM's
       kernels to a few percent of the normalised step).
     rmsprop_epsilon_outside: where RMSProp's epsilon goes. False: under the
       square root, lr g / sqrt(ms + epsilon), as TF1 (IMPALA) and Sonnet;
@@ -71,11 +73,8 @@ class LearnerConfig(NamedTuple):
       to 263 for every other kernel) moves its units an order of magnitude
       further per update than the rest.
     rmsprop_initial_mean_square: where RMSProp's running mean of squared
-      gradients starts. 1 is TF1's `RMSPropOptimizer`, which IMPALA used:
-      the first updates are about lr x gradient and grow as the mean decays
-      towards the gradients' scale. Sonnet starts at 0, which makes the
-      first updates about lr / sqrt(epsilon) x sign(gradient) (10 lr at
-      epsilon 0.01) on every weight at once.
+      gradients starts: 1 as in TF1's `RMSPropOptimizer`, which IMPALA
+      used; 0 as in Sonnet's.
     fixed_step_mul: whether the step multiplier is constant.
     step_mul: frames per agent step when `fixed_step_mul`.
     jit_compile: compile the forward and backward pass with XLA.

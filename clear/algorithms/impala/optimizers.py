@@ -108,11 +108,12 @@ def create_slots(optimizer, variables_fn, graph):
 
   A `tf.function` that creates variables on its first call is traced
   twice; with the slots made before, each update graph is traced once.
-  They are made when the first update is built, as before, so a
-  checkpoint restored earlier still fills them (delayed restoration) and
-  a checkpoint holds the same objects. An agent that builds its weights on
-  its first call (Sonnet raises ValueError for its variables until then)
-  leaves them to that first trace.
+  They are made when the first update is built, as the optimizer's own
+  first `apply` would make them, so a checkpoint restored earlier still
+  fills them (delayed restoration) and a checkpoint holds the same
+  objects. An agent that builds its weights on its first call (Sonnet
+  raises ValueError for its variables until then) leaves them to that
+  first trace.
   """
   if graph.experimental_get_tracing_count():
     return

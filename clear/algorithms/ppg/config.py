@@ -1,5 +1,5 @@
-"""PPG's config (`PPGConfig`), its checks, and why its defaults are what
-they are (see `clear.algorithms.ppg.policy` for the algorithm).
+"""PPG's config (`PPGConfig`) and its checks (the algorithm:
+`clear.algorithms.ppg.policy`).
 
 `PPGConfig` fields and defaults:
   batch_size=8, num_replay=0, unroll_length=64,
@@ -16,36 +16,11 @@ they are (see `clear.algorithms.ppg.policy` for the algorithm).
 They follow DI-engine's PPG config (learning rate, loss weights, clip ratio,
 aux_freq, aux_train_epoch, aux_bc_weight, gamma, GAE lambda, gradient norm
 clipping, one epoch per phase, 64-sample minibatches: 8 x 64 steps split in
-8), with five differences:
-- `value_clip` is off: a clipping radius in return units (DI-engine
-  reuses clip_ratio = 0.2) lets values move only 0.2 per iteration and more
-  than doubles the frames CartPole needs.
-- `normalize_value` and `normalize_advantage` are on (DI-engine's are off;
-  the PPG paper normalises rewards and advantages). Without them, PPG
-  solved CartPole and then collapsed: after a long solved stretch the
-  first failed episode gave advantages of up to 62 against about 0.01
-  before, one policy phase moved the policy far (approximate KL 0.65), and
-  the auxiliary phase's value loss on the shared torso jumped from 0.0002
-  to 340 in return units, which the behaviour-cloning KL (weight 1) could
-  not hold against. In standardised units neither step is outsized.
-- `target_kl` is 0.02 and the learning rate decays linearly to 0 over
-  the run (`decay_learning_rate`, as in PPO's Atari settings): with
-  advantages standardised, a solved CartPole's near-zero advantages become
-  unit-sized noise and the policy random-walks (approximate KL up to 0.03
-  per phase) until it fails again. The KL limit stops a phase's drift
-  early in a run, the decay the slow drift late in it (without it, 2 of 5
-  seeds fell to 449 and 461 after 400k frames at 500).
-- `entropy_cost` is 0.001 (DI-engine: 0.01). On a solved task the
-  advantages carry no signal and the entropy bonus alone pushes the policy
-  steadily towards randomness; at 0.01, runs of 200k frames (whose
-  learning rate decays faster) still dipped to 399 and 391 on 2 of 6
-  seeds, at 0.001 none went below 475.
-- Rewards are not clipped, as in DI-engine (clear's IMPALA learner clips
-  them to [-1, 1]).
-The batch layout (8 unrolls of 64 steps, DI-engine collects by samples
-instead) was picked on gym:CartPole-v1. There, through `clear.train`, these
-defaults reach a 100-episode mean of 475 within about 60-80k frames and
-hold it for the rest of 200k- and 500k-frame runs (README, PPG).
+8), with five differences: no value clipping, values and advantages
+normalised, a KL limit per policy phase, a learning rate decayed linearly to
+0, and an entropy bonus of 0.001 instead of 0.01. Rewards are not clipped,
+as in DI-engine (clear's IMPALA learner clips them to [-1, 1]). Why each
+default: docs/algorithms.md#ppg.
 """
 
 from typing import NamedTuple

@@ -51,7 +51,7 @@ Config (`SACConfig`): the fields SAC shares with DDPG (`SACConfig`'s
 docstring and `clear.algorithms.off_policy.config` describe them; SAC's
 num_critics defaults to 2) and SAC's own, below (defaults in brackets). The
 defaults are the ones checked on gym:Pendulum-v1 and gym:CartPole-v1 with
-64-unit MLPs (see the report of the learning checks): against the usual SAC
+64-unit MLPs (docs/algorithms.md#sac): against the usual SAC
 settings (Haarnoja et al.: learning rates 3e-4, batches of 256) they use
 learning rates of 1e-3 and batches of 128, which learn these small tasks in
 fewer updates; ALF's log alpha starts at 0 as here. With sample_length
