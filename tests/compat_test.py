@@ -175,9 +175,9 @@ def test_logdir_of_an_earlier_version_tests_and_resumes(name, tmp_path):
     # (c) Two more updates, counted on from the saved ones.
     resumed = run_loop.train(config, max_updates=2)
     assert resumed.num_env_frames > frames
-    assert resumed.num_steps > stopped.num_steps > 0
+    assert resumed.num_updates > stopped.num_updates > 0
     if config.algorithm == 'impala':
-      assert resumed.num_steps == stopped.num_steps + 2
+      assert resumed.num_updates == stopped.num_updates + 2
     after = checkpoint_values(os.path.join(logdir, 'checkpoints', 'ckpt-3'))
     assert counter(after, 'num_env_frames') == resumed.num_env_frames
   finally:

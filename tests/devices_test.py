@@ -111,4 +111,4 @@ def test_a_run_checks_its_learner_device_before_writing_anything(tmp_path):
   assert not os.path.exists(tmp_path / 'run')
   config = config._replace(learner_device='cpu')
   result = run_loop.train(config, max_updates=1)
-  assert result.num_steps == 1
+  assert result.num_updates == 1

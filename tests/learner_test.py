@@ -126,7 +126,7 @@ def test_loss_decreases_on_a_fixed_batch():
   for key in ('loss/policy_cloning', 'loss/value_cloning'):
     assert last[key] < 0.5 * first[key], (key, first[key], last[key])
   assert np.isfinite(last['loss/total'])
-  assert learner.num_steps.numpy() == 41
+  assert learner.num_updates.numpy() == 41
 
 
 def test_loss_matches_independent_alignment():
@@ -248,7 +248,7 @@ def test_non_finite_reward_skips_the_update():
   metrics = learner.step(batch)
   assert bool(metrics['skipped'])
   assert learner.num_skipped_steps.numpy() == 1
-  assert learner.num_steps.numpy() == 0
+  assert learner.num_updates.numpy() == 0
   assert learner.num_env_frames.numpy() == 0
   for b, a in zip(before, values_of(agent.trainable_variables)):
     np.testing.assert_array_equal(b, a)

@@ -372,7 +372,7 @@ def test_a_checkpoint_holds_all_of_pnc_and_resumes_bit_for_bit(
             [policy.agent.rng.state] + list(learner.optimizer.variables) +
             list(learner.knowledge_base_optimizer.variables) +
             list(learner.knowledge_base_ewc.variables) +
-            [learner.num_env_frames, learner.num_steps,
+            [learner.num_env_frames, learner.num_updates,
              learner.learning_rate])
 
   def go_on(policy):

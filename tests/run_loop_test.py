@@ -55,10 +55,10 @@ def test_phases_run_in_order_and_resume_where_they_stopped(tmp_path):
   # 12 prefill unrolls (60 frames) + 3 critic updates of 2 fresh unrolls.
   assert first.phase == 'critic'
   assert first.num_env_frames == 12 * 5 + 3 * 2 * 5
-  assert first.num_steps == 3
+  assert first.num_updates == 3
   assert phase_of(tmp_path) == run_loop.CRITIC
   second = run_loop.train(config, max_updates=30)
-  assert second.num_steps == 33
+  assert second.num_updates == 33
   assert second.phase == 'main'
   assert second.num_env_frames > first.num_env_frames
   assert phase_of(tmp_path) == run_loop.MAIN
@@ -81,7 +81,7 @@ def test_resume_restores_weights_and_optimizer_slots(tmp_path, optimizer):
   assert run.restored
   learner = run.policy.learner
   assert run.frames == saved['num_env_frames/.ATTRIBUTES/VARIABLE_VALUE']
-  assert learner.num_steps.numpy() == 2
+  assert learner.num_updates.numpy() == 2
   # Weights: the restored agent differs from a fresh one of the same seed.
   fresh = registry.make_policy('impala', run.policy.spec,
                                  config.agent_config, seed=config.seed)
@@ -418,7 +418,7 @@ def test_non_finite_updates_are_skipped_or_stop_the_run(tmp_path):
   config = make_config(tmp_path / 'skip', backend='inline', num_replay=0,
                        reward_scaling=float('nan'))
   result = run_loop.train(config, max_updates=3)
-  assert result.num_steps == 0
+  assert result.num_updates == 0
   saved = saved_variables(tmp_path / 'skip')
   assert saved['num_skipped_steps/.ATTRIBUTES/VARIABLE_VALUE'] == 3
   assert saved['num_steps/.ATTRIBUTES/VARIABLE_VALUE'] == 0

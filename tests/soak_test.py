@@ -16,7 +16,7 @@ W0512 16:40:08.000000 140 actor_pool.py:380] Ray actor 0 died (RayActorError());
 I0512 16:40:10.000000 140 run_loop.py:306] [main] frames 75,000/1,000,000,000,000 (0.0%) | 3,464 env fps | 11.2 updates/s | lag 2.0 | return 30.1 (last 100) | ETA 9h59m
 I0512 16:40:10.000100 140 run_loop.py:312] replay: 2000/2000 unrolls (40,000/40,000 env frames), 3.1 MB
 W0512 16:40:12.000000 140 signals.py:57] Signal 15: stopping after the current update and writing a final checkpoint.
-I0512 16:40:13.000000 140 train.py:177] Done: {'num_env_frames': 75800, 'num_steps': 160, 'phase': 'main', 'mean_return': 30.1, 'stopped_early': True}
+I0512 16:40:13.000000 140 train.py:177] Done: {'num_env_frames': 75800, 'num_updates': 160, 'phase': 'main', 'mean_return': 30.1, 'stopped_early': True}
 """  # noqa: E501
 
 

@@ -52,7 +52,7 @@ def all_finite(values: Sequence) -> tf.Tensor:
 
 
 def apply_if_finite(finite, apply_fn: Callable[[], None],
-                    num_steps: tf.Variable,
+                    num_updates: tf.Variable,
                     num_skipped_steps: tf.Variable) -> tf.Tensor:
   """Runs `apply_fn` and counts a step, or counts a skipped one.
 
@@ -61,7 +61,7 @@ def apply_if_finite(finite, apply_fn: Callable[[], None],
   Args:
     finite: bool scalar, whether the step's numbers are all finite.
     apply_fn: applies the step (its return value is ignored).
-    num_steps: int64 variable, incremented when the step is applied.
+    num_updates: int64 variable, incremented when the step is applied.
     num_skipped_steps: int64 variable, incremented when it is not.
 
   Returns:
@@ -70,7 +70,7 @@ def apply_if_finite(finite, apply_fn: Callable[[], None],
 
   def apply():
     apply_fn()
-    num_steps.assign_add(1)
+    num_updates.assign_add(1)
     return tf.constant(True)
 
   def skip():

@@ -31,7 +31,8 @@ class Trajectories(NamedTuple):
   Attributes:
     unroll: `types.Unroll`, time-major `[T + 1, B, ...]`; agent state `[B]`.
     episodes: `Episode`s that finished during the unroll.
-    weights_version: version of the weights the policy acted with.
+    weights_version: the update count (`num_updates`) of the weights the
+      policy acted with.
     actor_id: which actor produced it.
     env_restarts: environment relaunches after crashes so far (cumulative,
       this actor).

@@ -2,7 +2,7 @@
 
 Every pool runs the same `actor_worker.ActorWorker` (an env per task plus
 an acting copy of the policy) and offers the learner the same four calls:
-`publish(weights, version)` after each update, `get(timeout)` for the next
+`publish(weights, num_updates)` after each update, `get(timeout)` for the next
 `Trajectories`, `switch_task(task, seed)` when a task sequence moves on, and
 `close()`.
 
@@ -51,8 +51,8 @@ class InlineActorPool:
     self._switches = 0
     self.num_restarts = 0
 
-  def publish(self, weights, version):
-    self._weights, self._version = weights, version
+  def publish(self, weights, num_updates):
+    self._weights, self._version = weights, num_updates
 
   def switch_task(self, task: int, seed: int):
     """Every actor plays task `task` (seeded from `seed`) from now on, and

@@ -406,8 +406,8 @@ class LocalActorPool:
     self._last_words[actor_id] = ''
     self._warned_silent[actor_id] = False
 
-  def publish(self, weights, version):
-    self._shared.write(weights, version)
+  def publish(self, weights, num_updates):
+    self._shared.write(weights, num_updates)
 
   def switch_task(self, task: int, seed: int):
     """Every actor plays task `task` (seeded from `seed`) from its next

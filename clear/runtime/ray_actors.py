@@ -169,9 +169,9 @@ class RayActorPool:
                      num_cpus=max(2, config.num_actors + 1),
                      log_to_driver=True, configure_logging=False)
 
-  def publish(self, weights, version):
+  def publish(self, weights, num_updates):
     self._weights_ref = self._ray.put(weights)
-    self._version = version
+    self._version = num_updates
 
   def switch_task(self, task: int, seed: int):
     """Every actor plays task `task` (seeded from `seed`) from its next

@@ -65,7 +65,7 @@ class NonFiniteUpdate(RuntimeError):
 class RunResult(NamedTuple):
   """What `train` reports when it returns."""
   num_env_frames: int
-  num_steps: int
+  num_updates: int
   phase: str
   mean_return: float
   num_episodes: int
@@ -153,7 +153,7 @@ class _Run:
     if self.restored:
       self._restore_state()
     self._advance_phase()
-    self.version = self.policy.num_updates
+    self.num_updates = self.policy.num_updates
 
   def record_identity(self):
     """Records the run in run.json, once its start is accepted (every check
@@ -381,7 +381,7 @@ class _Run:
 
   def accept(self, trajectories):
     self.episodes.add(trajectories.episodes)
-    self.lags.append(self.version - trajectories.weights_version)
+    self.lags.append(self.num_updates - trajectories.weights_version)
     self.env_restarts[trajectories.actor_id] = trajectories.env_restarts
     unrolls = split_unrolls(trajectories.unroll)
     self.policy.observe(unrolls)
@@ -445,7 +445,7 @@ class _Run:
       stats = self.policy.learn_critic(batch)
     else:
       stats = self.policy.learn(batch)
-    self.version += 1
+    self.num_updates += 1
     self._advance_phase()
     return stats
 
@@ -523,10 +523,10 @@ def _log_progress(run: _Run, pool, frame_rate, step_rate, total,
   returns whether it logged the memory."""
   lc = run.config.learner_config
   fps = frame_rate.measure(run.frames)
-  ups = step_rate.measure(run.version)
+  ups = step_rate.measure(run.num_updates)
   step = run.frames
   tf.summary.scalar('runtime/num_env_frames', run.frames, step=step)
-  tf.summary.scalar('runtime/num_updates', run.version, step=step)
+  tf.summary.scalar('runtime/num_updates', run.num_updates, step=step)
   tf.summary.scalar('runtime/run_time_s', run.run_time_s, step=step)
   tf.summary.scalar('runtime/env_frames_per_s', fps, step=step)
   tf.summary.scalar('runtime/updates_per_s', ups, step=step)
@@ -624,7 +624,7 @@ def _train(config, stop_requested, max_updates, on_start, lock):
         agent_config=continual_methods.actor_agent_config(config),
         unroll_length=lc.unroll_length,
         num_actors=config.num_actors,
-        seed=actor_seed_base(config, run.version),
+        seed=actor_seed_base(config, run.num_updates),
         max_restarts=config.max_actor_restarts,
         hang_timeout_s=config.actor_timeout_s)
     if run.schedule is not None:
@@ -640,7 +640,7 @@ def _train(config, stop_requested, max_updates, on_start, lock):
     run = _Run(config)
     if run.restored:
       logging.info('Resuming at %d frames, %d updates, phase %s.',
-                   run.frames, run.version, run.phase_name)
+                   run.frames, run.num_updates, run.phase_name)
     if run.restored and run.frames >= total:
       logging.warning(
           'The run in %s is complete (%s of %s frames, %s): nothing to do, '
@@ -684,9 +684,9 @@ def _train(config, stop_requested, max_updates, on_start, lock):
           run, evaluation_process.start(config.evaluator, config.backend,
                                         evaluator_config(run)))
     _continue_actors(pool, run.actor_state)
-    pool.publish(weights, run.version)
+    pool.publish(weights, run.num_updates)
     frame_rate = progress.Rate(run.frames)
-    step_rate = progress.Rate(run.version)
+    step_rate = progress.Rate(run.num_updates)
     last_log = last_checkpoint = time.monotonic()
     logged_at = None  # (frames, updates) of the last progress line.
     task = run.task_name
@@ -701,13 +701,13 @@ def _train(config, stop_requested, max_updates, on_start, lock):
         if run.task_name != task:  # The sequence moves on.
           switched_at = time.monotonic()
           # The weights first: an actor loads them as it switches.
-          pool.publish(run.policy.get_weights(), run.version)
+          pool.publish(run.policy.get_weights(), run.num_updates)
           pool.switch_task(run.schedule.task_at(run.frames),
-                           actor_seed_base(config, run.version))
+                           actor_seed_base(config, run.num_updates))
           task = run.task_name
           logging.info('Task %s from %s frames.', task, f'{run.frames:,}')
         elif ended:  # Resumed at a switch: acting weights it may change.
-          pool.publish(run.policy.get_weights(), run.version)
+          pool.publish(run.policy.get_weights(), run.num_updates)
         if stop_requested() or (max_updates is not None and
                                 updates >= max_updates):
           stopped_early = True
@@ -736,11 +736,11 @@ def _train(config, stop_requested, max_updates, on_start, lock):
                            first_update_s)
               tf.summary.scalar('runtime/first_update_s', first_update_s,
                                 step=run.frames)
-            pool.publish(run.policy.get_weights(), run.version)
+            pool.publish(run.policy.get_weights(), run.num_updates)
         now = time.monotonic()
         if now - last_log >= config.log_interval_s:
           _log_progress(run, pool, frame_rate, step_rate, total, memory)
-          last_log, logged_at = now, (run.frames, run.version)
+          last_log, logged_at = now, (run.frames, run.num_updates)
         if now - last_checkpoint >= config.checkpoint_interval_s:
           run.save(_actor_state(pool))
           last_checkpoint = now
@@ -749,7 +749,7 @@ def _train(config, stop_requested, max_updates, on_start, lock):
       # Every run ends with a progress line and its runtime summaries, also
       # one shorter than the log interval.
       memory_logged = False
-      if logged_at != (run.frames, run.version):
+      if logged_at != (run.frames, run.num_updates):
         memory_logged = _log_progress(run, pool, frame_rate, step_rate, total,
                                       memory)
       if not memory_logged:  # The peak includes the end.

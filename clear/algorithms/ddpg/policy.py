@@ -295,7 +295,7 @@ class DDPGPolicy(off_policy.OffPolicyPolicy):
 
     def apply():
       self.critic_optimizer.apply(critic_grads, critic_vars)
-      step = self.counters.num_steps
+      step = self.counters.num_updates
       tf.cond(tf.equal(step % c.actor_update_period, 0),
               lambda: self._apply_actor(actor_grads, actor_vars),
               lambda: tf.constant(False))

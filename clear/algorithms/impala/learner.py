@@ -140,7 +140,7 @@ class ImpalaClearLearner(snt.Module):
     config: `LearnerConfig`.
     learning_rate: variable, `learning_rate_at` the frames trained on
       before the update being applied.
-    num_env_frames, num_steps, num_skipped_steps: int64 counters.
+    num_env_frames, num_updates, num_skipped_steps: int64 counters.
     optimizer, critic_optimizer: Sonnet optimizers of the main phase and of
       critic pretraining.
     continual: `ewc.EwcState` over the agent's trainable variables, or None
@@ -155,7 +155,7 @@ class ImpalaClearLearner(snt.Module):
     self.learning_rate = tf.Variable(config.learning_rate, dtype=tf.float32,
                                      trainable=False, name='learning_rate')
     self.num_env_frames = guards.step_counter('num_env_frames')
-    self.num_steps = guards.step_counter('num_steps')
+    self.num_updates = guards.step_counter('num_updates')
     self.num_skipped_steps = guards.step_counter('num_skipped_steps')
     self.optimizer = optimizers.make_optimizer(config, self.learning_rate)
     self.critic_optimizer = optimizers.make_optimizer(config,
@@ -291,7 +291,7 @@ class ImpalaClearLearner(snt.Module):
 
     applied = guards.apply_if_finite(
         guards.all_finite([metrics[loss_key], metrics['grad_norm']]), apply,
-        self.num_steps, self.num_skipped_steps)
+        self.num_updates, self.num_skipped_steps)
     metrics.update(self._counters(tf.logical_not(applied)))
     self._write_summaries(metrics, batch, prefix=prefix)
     return metrics
@@ -413,7 +413,7 @@ class ImpalaClearLearner(snt.Module):
   def _counters(self, skipped):
     return {'learning_rate': tf.identity(self.learning_rate),
             'num_env_frames': tf.identity(self.num_env_frames),
-            'num_steps': tf.identity(self.num_steps),
+            'num_updates': tf.identity(self.num_updates),
             'num_skipped_steps': tf.identity(self.num_skipped_steps),
             'skipped': skipped}
 
@@ -421,7 +421,7 @@ class ImpalaClearLearner(snt.Module):
   def _write_summaries(self, metrics, batch, prefix):
     """Writes scalars and action histograms to the default summary writer,
     stepped by env frames like every other summary of a run (the update
-    count is the `num_steps` scalar)."""
+    count is the `num_updates` scalar)."""
     step = self.num_env_frames
     for name, value in metrics.items():
       if name != 'skipped':

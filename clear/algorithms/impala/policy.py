@@ -145,7 +145,7 @@ class ImpalaPolicy(policy_lib.Policy):
 
   @property
   def num_updates(self):
-    return int(self.learner.num_steps.numpy())
+    return int(self.learner.num_updates.numpy())
 
   def add_env_frames(self, frames):
     self.learner.num_env_frames.assign_add(int(frames))
@@ -156,7 +156,8 @@ class ImpalaPolicy(policy_lib.Policy):
                        'critic_optimizer': learner.critic_optimizer,
                        'learning_rate': learner.learning_rate,
                        'num_env_frames': learner.num_env_frames,
-                       'num_steps': learner.num_steps,
+                       # The update count's name in checkpoints.
+                       'num_steps': learner.num_updates,
                        'num_skipped_steps': learner.num_skipped_steps}
     if learner.continual is not None:
       checkpointables['continual'] = learner.continual

@@ -57,12 +57,22 @@ class Counters(tf.Module):
   def __init__(self):
     super().__init__(name='counters')
     self.num_env_frames = guards.step_counter('num_env_frames')
-    self.num_steps = guards.step_counter('num_steps')
+    self.num_updates = guards.step_counter('num_updates')
     self.num_skipped_steps = guards.step_counter('num_skipped_steps')
     # Updates owed but not yet made (updates_per_step x new transitions
     # accumulates here; whole updates are taken out).
     self.update_credit = tf.Variable(0.0, dtype=tf.float64, trainable=False,
                                      name='update_credit')
+
+  def checkpointable(self) -> tf.Module:
+    """The counters under their names in checkpoints (the update count's
+    is `num_steps`)."""
+    saved = tf.Module(name='counters')
+    saved.num_env_frames = self.num_env_frames
+    saved.num_steps = self.num_updates
+    saved.num_skipped_steps = self.num_skipped_steps
+    saved.update_credit = self.update_credit
+    return saved
 
 
 class OffPolicyPolicy(policy_lib.Policy, abc.ABC):
@@ -272,7 +282,7 @@ class OffPolicyPolicy(policy_lib.Policy, abc.ABC):
       Dict of numpy scalars: the update metrics averaged over this call's
       finite updates (none before learning starts), `updates` (made in this
       call), `skipped` (one was not finite), `num_skipped_steps`,
-      `num_steps`, `num_env_frames` and `replay/size` (unrolls stored).
+      `num_updates`, `num_env_frames` and `replay/size` (unrolls stored).
     """
     if not self.learning:
       raise NotImplementedError(f'{type(self).__name__} was built without a '
@@ -307,7 +317,7 @@ class OffPolicyPolicy(policy_lib.Policy, abc.ABC):
       stats = {k: np.float32(v / max(count, 1)) for k, v in sums.items()}
     stats.update({
         'num_env_frames': np.int64(self.num_env_frames),
-        'num_steps': np.int64(self.num_updates),
+        'num_updates': np.int64(self.num_updates),
         'num_skipped_steps': np.int64(
             self.counters.num_skipped_steps.numpy()),
         'skipped': np.bool_(skipped),
@@ -343,7 +353,7 @@ class OffPolicyPolicy(policy_lib.Policy, abc.ABC):
     (losses, gradient norms) is finite, else counts a skipped one; returns
     whether it applied (bool scalar)."""
     return guards.apply_if_finite(guards.all_finite(checks), apply_fn,
-                                  self.counters.num_steps,
+                                  self.counters.num_updates,
                                   self.counters.num_skipped_steps)
 
   # --- Pieces both updates use ------------------------------------------------
@@ -373,13 +383,13 @@ class OffPolicyPolicy(policy_lib.Policy, abc.ABC):
 
   @property
   def num_updates(self):
-    return int(self.counters.num_steps.numpy())
+    return int(self.counters.num_updates.numpy())
 
   def add_env_frames(self, frames):
     self.counters.num_env_frames.assign_add(int(frames))
 
   def checkpointables(self):
-    return {'agent': self.agent, 'counters': self.counters,
+    return {'agent': self.agent, 'counters': self.counters.checkpointable(),
             **self._learner_checkpointables()}
 
   def acting_checkpointables(self):

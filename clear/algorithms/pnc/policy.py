@@ -122,7 +122,8 @@ class PncPolicy(impala_policy.ImpalaPolicy):
             'continual': learner.knowledge_base_ewc,
             'learning_rate': learner.learning_rate,
             'num_env_frames': learner.num_env_frames,
-            'num_steps': learner.num_steps,
+            # The update count's name in checkpoints.
+            'num_steps': learner.num_updates,
             'num_skipped_steps': learner.num_skipped_steps}
 
   def learn(self, batch):
