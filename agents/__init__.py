@@ -6,7 +6,7 @@ Public API:
   Agent.initial_state(batch_size), Agent.step(env_output, prev_action, state),
   Agent.unroll(prev_actions, env_outputs, state), Agent.critic_variables,
   Agent.policy_variables, Agent.rng.
-  NETWORKS, CORES, LSTM_INITS, TORSO_ACTIVATIONS, TORSO_NORMS, MASKED_LOGIT.
+  NETWORKS, CORES, TORSO_NORMS, MASKED_LOGIT.
 
 Modules: `agent` (Agent, make_agent), `torsos` (observation encoders),
 `heads` (policy heads, masking, sampling), `cores` (resetting core,
@@ -16,14 +16,11 @@ layer-normalised LSTM),
 
 from agents.agent import Agent
 from agents.agent import CORES
-from agents.agent import LSTM_INITS
 from agents.agent import make_agent
 from agents.agent import NETWORKS
 from agents.agent import resolve_network
-from agents.agent import TORSO_ACTIVATIONS
 from agents.agent import TORSO_NORMS
 from agents.heads import MASKED_LOGIT
 
-__all__ = ['Agent', 'make_agent', 'NETWORKS', 'CORES', 'LSTM_INITS',
-           'TORSO_ACTIVATIONS', 'TORSO_NORMS', 'resolve_network',
-           'MASKED_LOGIT']
+__all__ = ['Agent', 'make_agent', 'NETWORKS', 'CORES', 'TORSO_NORMS',
+           'resolve_network', 'MASKED_LOGIT']

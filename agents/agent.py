@@ -9,13 +9,9 @@ one-hot encoding of the previous action of every non-spatial head. The core
 state of a row is reset to the initial state where `done` is set, before the
 row's observation is processed. The core is an LSTM (`cores.LSTM`,
 `snt.LSTM`'s maths) or a layer-normalised LSTM (`cores.LayerNormLSTM`), its
-kernels drawn per block by fan-in or Glorot-uniform over the concatenated
-kernel as in TF1 (`lstm_init`), and
-the gradient it sends back into the torso features can be scaled
-(`torso_grad_scale`); the torso's hidden layers use ReLU or another
-`torsos.ACTIVATIONS` entry (`torso_activation`), and the pre-activations of
-its final linear layer (each hidden layer of the MLP torso) can be
-layer-normalised (`torso_norm`); see `make_agent`.
+kernels drawn per block by fan-in; the torso's hidden layers use ReLU, and
+the pre-activations of its final linear layer (each hidden layer of the MLP
+torso) can be layer-normalised (`torso_norm`); see `make_agent`.
 
 `unroll` applies the torso and heads once to the merged `[T * B, ...]` batch
 and runs only the core over time (`cores.unroll`: the core's input
@@ -33,7 +29,7 @@ memory, enough where frames are stacked): the heads read the core input
 itself, and the state is the empty dict.
 """
 
-from typing import Callable, Dict, Mapping, NamedTuple, Optional, Tuple
+from typing import Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 import sonnet as snt
@@ -49,8 +45,6 @@ NETWORKS = ('auto', 'impala_shallow', 'impala_deep', 'mlp', 'fullyconv',
             'minatar')
 
 CORES = ('lstm', 'layer_norm_lstm')
-LSTM_INITS = ('fan_in', 'glorot')
-TORSO_ACTIVATIONS = tuple(torsos.ACTIVATIONS)
 TORSO_NORMS = tuple(torsos.NORMS)
 
 # 'auto' gives a single image no larger than this on both sides (MinAtar's
@@ -77,39 +71,24 @@ def _split_time_batch(y: tf.Tensor, time_batch) -> tf.Tensor:
   return tf.reshape(y, list(time_batch) + y.shape[1:].as_list())
 
 
-class CoreOptions(NamedTuple):
-  """How the recurrent core is built (see `make_agent`)."""
-  core: str = 'lstm'
-  lstm_init: str = 'fan_in'
-  torso_grad_scale: float = 1.0
-
-
-def _make_core(core_size: int, w_init, options: CoreOptions, init_rng):
-  """An LSTM of `core_size` units, or None (feed-forward) for 0."""
+def _make_core(core_size: int, w_init, core: str):
+  """A `core` (a `CORES` name) of `core_size` units, or None (feed-forward)
+  for 0."""
   if core_size == 0:
     return None
-  if options.lstm_init == 'glorot':
-    w_init = initializers.SeededLSTMGlorot(init_rng, core_size)
-  if options.core == 'layer_norm_lstm':
+  if core == 'layer_norm_lstm':
     return cores.LayerNormLSTM(core_size, w_init, name='lstm')
   return cores.LSTM(core_size, w_i_init=w_init, w_h_init=w_init, name='lstm')
-
-
-def scale_gradient(x: tf.Tensor, scale: float) -> tf.Tensor:
-  """`x` forwards; its gradient is multiplied by `scale` backwards."""
-  if scale == 1.0:
-    return x
-  return scale * x + (1.0 - scale) * tf.stop_gradient(x)
 
 
 class _Critic(snt.Module):
   """A separate value network: its own torso, LSTM and baseline head."""
 
-  def __init__(self, torso: snt.Module, core_size: int, w_init,
-               options: CoreOptions, init_rng, name: str = 'critic'):
+  def __init__(self, torso: snt.Module, core_size: int, w_init, core: str,
+               name: str = 'critic'):
     super().__init__(name=name)
     self.torso = torso
-    self.core = _make_core(core_size, w_init, options, init_rng)
+    self.core = _make_core(core_size, w_init, core)
     self.baseline = snt.Linear(1, w_init=w_init, name='baseline')
 
 
@@ -134,7 +113,7 @@ class Agent(snt.Module):
                separate_critic: bool = False,
                seed: int = 0,
                spatial_hidden_channels: int = 16,
-               core_options: CoreOptions = CoreOptions(),
+               core: str = 'lstm',
                name: str = 'agent'):
     """See `make_agent`; `make_torso(name, w_init)` returns a new torso."""
     super().__init__(name=name)
@@ -149,16 +128,15 @@ class Agent(snt.Module):
 
     with self.name_scope:
       self.rng = tf.random.Generator.from_seed(seed)
-    self._core_options = core_options
     self._torso = make_torso('torso', w_init)
-    self._core = _make_core(core_size, w_init, core_options, init_rng)
+    self._core = _make_core(core_size, w_init, core)
     resolutions = getattr(self._torso, 'resolutions', ())
     self._heads = heads.PolicyHeads(
         self._action_spec, w_init, spatial_resolutions=resolutions,
         spatial_hidden_channels=spatial_hidden_channels)
     if separate_critic:
       self._critic = _Critic(make_torso('critic_torso', w_init), core_size,
-                             w_init, core_options, init_rng)
+                             w_init, core)
       self._baseline = None
     else:
       self._critic = None
@@ -278,7 +256,6 @@ class Agent(snt.Module):
     if core is None:
       inputs = tf.concat([_split_time_batch(features, time_batch), extras], -1)
       return _merge_time_batch(inputs), None
-    features = scale_gradient(features, self._core_options.torso_grad_scale)
     inputs = tf.concat([_split_time_batch(features, time_batch), extras], -1)
     outputs, final_state = cores.unroll(core, inputs, done, state)
     return _merge_time_batch(outputs), final_state
@@ -408,9 +385,6 @@ def make_agent(env_spec: types.EnvSpec,
                mlp_sizes=(256, 256),
                spatial_hidden_channels: int = 16,
                core: str = 'lstm',
-               lstm_init: str = 'fan_in',
-               torso_grad_scale: float = 1.0,
-               torso_activation: str = 'relu',
                torso_norm: str = 'none') -> Agent:
   """Builds an IMPALA agent for `env_spec`.
 
@@ -432,28 +406,15 @@ def make_agent(env_spec: types.EnvSpec,
     spatial_hidden_channels: hidden channels of FullyConv spatial heads.
     core: 'lstm' (`cores.LSTM`, an `snt.LSTM`) or 'layer_norm_lstm'
       (`cores.LayerNormLSTM`).
-    lstm_init: 'fan_in' (`initializers.SeededFanIn`, Sonnet's default: std
-      1/sqrt(fan-in) for each kernel block) or 'glorot'
-      (`initializers.SeededLSTMGlorot`, TF1's and scalable_agent's
-      Glorot-uniform over the concatenated kernel).
-    torso_grad_scale: the gradient from the core into the torso features is
-      multiplied by this (1: unchanged); the forward pass is unchanged.
-      No effect on a feed-forward agent.
-    torso_activation: the torso's hidden-layer activation, a
-      `TORSO_ACTIVATIONS` name: 'relu' (the papers'), 'leaky_relu' (slope
-      0.01 below zero) or 'elu'.
     torso_norm: a `TORSO_NORMS` name: 'none' (the papers'), 'layer_norm',
       which layer-normalises the pre-activation of the image torsos' final
       linear layer and of each MLP hidden layer across its units, with a
-      learnable gain and offset (`snt.LayerNorm`): `act(norm(linear(x)))`.
+      learnable gain and offset (`snt.LayerNorm`): `relu(norm(linear(x)))`.
       Normalised across units, a wide layer (the shallow torso's linear
       layer has fan-in 3,872) cannot lose all its ReLU units at once at a
       high learning rate (docs/training.md#why-these-defaults):
-      its pre-activations cannot all fall below zero together.
-      'layer_norm_all' also normalises each conv layer's pre-activation
-      over the whole `[H, W, C]` map of a frame, with a gain and offset per
-      channel (see `torsos`). 'none' builds the same variables as before
-      the option existed.
+      its pre-activations cannot all fall below zero together. 'none'
+      builds no norm variables.
 
   Returns:
     An `Agent` with its variables built.
@@ -471,15 +432,6 @@ def make_agent(env_spec: types.EnvSpec,
   _check_action_spec(env_spec.action_spec, env_spec.observation_spec)
   if core not in CORES:
     raise ValueError(f'core must be one of {CORES}, got {core!r}')
-  if lstm_init not in LSTM_INITS:
-    raise ValueError(f'lstm_init must be one of {LSTM_INITS}, got '
-                     f'{lstm_init!r}')
-  if not (np.isfinite(torso_grad_scale) and torso_grad_scale >= 0):
-    raise ValueError(f'torso_grad_scale must be a finite number >= 0, got '
-                     f'{torso_grad_scale!r}')
-  if torso_activation not in TORSO_ACTIVATIONS:
-    raise ValueError(f'torso_activation must be one of {TORSO_ACTIVATIONS}, '
-                     f'got {torso_activation!r}')
   if torso_norm not in TORSO_NORMS:
     raise ValueError(f'torso_norm must be one of {TORSO_NORMS}, got '
                      f'{torso_norm!r}')
@@ -488,7 +440,7 @@ def make_agent(env_spec: types.EnvSpec,
   mask_keys = {s.mask_key for s in env_spec.action_spec.values()
                if s.mask_key is not None}
 
-  options = {'activation': torso_activation, 'norm': torso_norm}
+  options = {'norm': torso_norm}
   if torso_size is not None:
     options['output_size'] = int(torso_size)
 
@@ -501,12 +453,10 @@ def make_agent(env_spec: types.EnvSpec,
       return torsos.MinAtarTorso(obs_spec, w_init, name=name, **options)
     if network == 'mlp':
       return torsos.MLPTorso(obs_spec, w_init, mlp_sizes, name=name,
-                             activation=torso_activation, norm=torso_norm)
+                             norm=torso_norm)
     return torsos.FullyConvTorso(obs_spec, w_init, mask_keys, name=name,
                                  **options)
 
   return Agent(env_spec, make_torso, core_size=int(core_size),
                separate_critic=bool(separate_critic), seed=seed,
-               spatial_hidden_channels=spatial_hidden_channels,
-               core_options=CoreOptions(core, lstm_init,
-                                        float(torso_grad_scale)))
+               spatial_hidden_channels=spatial_hidden_channels, core=core)

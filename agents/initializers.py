@@ -37,36 +37,3 @@ class SeededFanIn(snt.initializers.Initializer):
         stddev=self._scale / np.sqrt(fan_in),
         dtype=dtype)
 
-
-class SeededLSTMGlorot(snt.initializers.Initializer):
-  """Glorot-uniform over an LSTM's concatenated `[input + hidden, 4H]` kernel.
-
-  TF1's LSTM cells (which scalable_agent, IMPALA's code, used) keep one
-  kernel for `[x, h]` and draw it from U(-l, l), l = sqrt(6 / (D + H + 4H)),
-  D the input and H the hidden size. Sonnet 2's `snt.LSTM` keeps the two
-  blocks apart (`w_i` `[D, 4H]`, then `w_h` `[H, 4H]`); this initializer,
-  given to both, draws each block from that same distribution: at D = 263,
-  H = 256 about 0.036 standard deviation, against `SeededFanIn`'s 0.062 for
-  either block. One instance serves one LSTM: the first call must be
-  `w_i` (it fixes D), as `snt.LSTM` and `agents.cores.LayerNormLSTM` make
-  them. Seeds come from `rng` as in `SeededFanIn`.
-  """
-
-  def __init__(self, rng: np.random.Generator, hidden_size: int):
-    self._rng = rng
-    self._hidden_size = int(hidden_size)
-    self._input_size = None
-
-  def __call__(self, shape, dtype):
-    shape = [int(d) for d in shape]
-    h = self._hidden_size
-    if len(shape) != 2 or shape[1] != 4 * h:
-      raise ValueError(f'SeededLSTMGlorot({h}) initialises [n, {4 * h}] '
-                       f'LSTM kernels, got shape {shape}.')
-    if self._input_size is None:
-      self._input_size = shape[0]
-    limit = np.sqrt(6.0 / (self._input_size + h + 4 * h))
-    seed = self._rng.integers(0, 2**31 - 1, size=2)
-    return tf.random.stateless_uniform(
-        shape, seed=tf.constant(seed, tf.int64), minval=-limit, maxval=limit,
-        dtype=dtype)

@@ -91,11 +91,11 @@ def _torso_layers(torso) -> Optional[List[Tuple[str, snt.Module, object]]]:
   """(kind, layer, norm or None) of a torso that is a stack of layers, in
   order; None for a torso taken whole."""
   if isinstance(torso, torsos.MinAtarTorso):
-    return [('conv', torso._conv, torso._conv_norm),
+    return [('conv', torso._conv, None),
             ('linear', torso._linear, torso._linear_norm)]
   if isinstance(torso, torsos.ImpalaShallowTorso):
-    return [('conv', torso._conv1, torso._conv1_norm),
-            ('conv', torso._conv2, torso._conv2_norm),
+    return [('conv', torso._conv1, None),
+            ('conv', torso._conv2, None),
             ('linear', torso._linear, torso._linear_norm)]
   if isinstance(torso, torsos.MLPTorso):
     norms = torso._norms or [None] * len(torso._layers)
@@ -127,7 +127,7 @@ def _torso_forward(torso, observation, laterals, kb_trace):
     pre = layer(x)
     if kb_trace is not None and i > 0:
       pre = pre + laterals[i - 1](kb_trace.layer_inputs[i])
-    x = torso._act(torsos._normed(norm, pre))
+    x = tf.nn.relu(torsos._normed(norm, pre))
   if not isinstance(torso, torsos.MLPTorso):
     extra = torsos._concat_vectors(observation, torso._extra_keys)
     if extra is not None:
@@ -163,8 +163,6 @@ def _core_forward(agent, features, extras, done, state, lateral, kb_trace):
     inputs = tf.concat([agent_lib._split_time_batch(features, time_batch),
                         extras], -1)
     return agent_lib._merge_time_batch(inputs), None
-  features = agent_lib.scale_gradient(
-      features, agent._core_options.torso_grad_scale)
   inputs = tf.concat([agent_lib._split_time_batch(features, time_batch),
                       extras], -1)
   # `cores.unroll`, with the lateral added to the projection.

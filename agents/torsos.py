@@ -9,55 +9,27 @@ action heads read, keyed by `(height, width)`.
 Preprocessing (`to_float`): uint8 arrays are divided by 255, everything else
 (bool boards, float vectors) is cast to float32.
 
-Every hidden layer is followed by the torso's `activation` (`ACTIVATIONS`):
-ReLU, as in the papers, by default. A ReLU unit whose input is negative on
-every observation gets no gradient and stays dead; 'leaky_relu' and 'elu'
-keep a gradient there.
+Every hidden layer is followed by a ReLU, as in the papers.
 
 With `norm='layer_norm'` (`NORMS`), the pre-activation of the image torsos'
 final linear layer and of each MLP hidden layer is layer-normalised across
 its units (`snt.LayerNorm` over the last axis, with a learnable gain and
-offset) before the activation: `act(norm(linear(x)))`. It keeps the ReLU
+offset) before the ReLU: `relu(norm(linear(x)))`. It keeps the ReLU
 units of a wide layer (the shallow torso's linear one has fan-in 3,872) from
 dying together at high learning rates: normalised across units, the
 pre-activations of a frame have zero mean and unit variance before the gain
-and offset, so they cannot all drop below zero together.
-
-`norm='layer_norm_all'` also normalises the image torsos' convolutions: each
-conv layer's `[H, W, C]` pre-activation is normalised over the whole map of a
-frame, with a learnable gain and offset per channel, before the activation
-(for the deep torso, each section's first conv, before its max-pool; the
-residual blocks keep their skip path). On Pong at 1e-3 the shallow torso's
-convolutions have lost every unit on one seed with only the linear layer
-normalised. With the default 'none' the torsos are unchanged (no norm
-modules, no new variables).
+and offset, so they cannot all drop below zero together. With the default
+'none' the torsos have no norm modules and no norm variables.
 """
 
-import functools
-from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
 import sonnet as snt
 import tensorflow as tf
 
 
-# Name -> elementwise function. Leaky ReLU's slope is Maas et al.'s 0.01.
-ACTIVATIONS: Dict[str, Callable[[tf.Tensor], tf.Tensor]] = {
-    'relu': tf.nn.relu,
-    'leaky_relu': functools.partial(tf.nn.leaky_relu, alpha=0.01),
-    'elu': tf.nn.elu,
-}
-
-
 # Normalisations of the layers' pre-activations (see the docstring).
-NORMS = ('none', 'layer_norm', 'layer_norm_all')
-
-
-def activation_fn(name: str) -> Callable[[tf.Tensor], tf.Tensor]:
-  """The `ACTIVATIONS` entry `name`; ValueError naming the choices if none."""
-  if name not in ACTIVATIONS:
-    raise ValueError(f'activation must be one of {sorted(ACTIVATIONS)}, got '
-                     f'{name!r}')
-  return ACTIVATIONS[name]
+NORMS = ('none', 'layer_norm')
 
 
 def check_norm(norm: str) -> None:
@@ -66,32 +38,26 @@ def check_norm(norm: str) -> None:
     raise ValueError(f'norm must be one of {NORMS}, got {norm!r}')
 
 
-def make_norm(norm: str, name: str,
-              spatial: bool = False) -> Optional[snt.Module]:
-  """The `NORMS` entry `norm` as a module named `name`, or None where it
-  normalises nothing.
+def make_norm(norm: str, name: str) -> Optional[snt.Module]:
+  """The `NORMS` entry `norm` for a linear layer's `[N, D]` pre-activation,
+  as a module named `name`, or None where it normalises nothing.
 
   Args:
     norm: a `NORMS` name.
     name: the module's name.
-    spatial: whether the module is for a conv layer's `[N, H, W, C]`
-      pre-activation (normalised by 'layer_norm_all' only, over H, W and C,
-      with a gain and offset per channel) rather than a linear layer's
-      `[N, D]` one (normalised over D by both 'layer_norm' and
-      'layer_norm_all').
 
   Returns:
-    None for 'none' (and for 'layer_norm' where `spatial`), an
-    `snt.LayerNorm` with a learnable gain and offset otherwise.
+    None for 'none'; for 'layer_norm' an `snt.LayerNorm` over D with a
+    learnable gain and offset.
 
   Raises:
     ValueError: naming the choices if `norm` is not in `NORMS`.
   """
   check_norm(norm)
-  if norm == 'none' or (spatial and norm != 'layer_norm_all'):
+  if norm == 'none':
     return None
-  return snt.LayerNorm(axis=[1, 2, 3] if spatial else -1, create_scale=True,
-                       create_offset=True, name=name)
+  return snt.LayerNorm(axis=-1, create_scale=True, create_offset=True,
+                       name=name)
 
 
 def _normed(norm: Optional[snt.Module], x: tf.Tensor) -> tf.Tensor:
@@ -153,10 +119,8 @@ class _ImageTorso(snt.Module):
   Rank-1 observations (if any) are concatenated to the image features.
   """
 
-  def __init__(self, observation_spec, name, activation='relu',
-               norm='none'):
+  def __init__(self, observation_spec, name, norm='none'):
     super().__init__(name=name)
-    self._act = activation_fn(activation)
     # Applied to the final linear layer's pre-activation (None: nothing).
     self._linear_norm = make_norm(norm, 'linear_norm')
     keys = image_keys(observation_spec)
@@ -181,35 +145,29 @@ class _ImageTorso(snt.Module):
 class ImpalaShallowTorso(_ImageTorso):
   """The IMPALA shallow network: conv 16 8x8/4, conv 32 4x4/2, linear 256.
 
-  All layers are followed by a ReLU (or `activation`); with
-  `norm='layer_norm'` the linear layer's pre-activation is layer-normalised,
-  with 'layer_norm_all' the convolutions' too.
+  All layers are followed by a ReLU; with `norm='layer_norm'` the linear
+  layer's pre-activation is layer-normalised.
   """
 
   def __init__(self, observation_spec, w_init, output_size: int = 256,
-               name: str = 'impala_shallow_torso', activation: str = 'relu',
-               norm: str = 'none'):
-    super().__init__(observation_spec, name=name, activation=activation,
-                     norm=norm)
+               name: str = 'impala_shallow_torso', norm: str = 'none'):
+    super().__init__(observation_spec, name=name, norm=norm)
     self._conv1 = snt.Conv2D(16, 8, stride=4, w_init=w_init, name='conv1')
     self._conv2 = snt.Conv2D(32, 4, stride=2, w_init=w_init, name='conv2')
-    self._conv1_norm = make_norm(norm, 'conv1_norm', spatial=True)
-    self._conv2_norm = make_norm(norm, 'conv2_norm', spatial=True)
     self._linear = snt.Linear(output_size, w_init=w_init, name='linear')
 
   def _encode(self, image):
-    x = self._act(_normed(self._conv1_norm, self._conv1(image)))
-    x = self._act(_normed(self._conv2_norm, self._conv2(x)))
-    return self._act(_normed(self._linear_norm,
-                             self._linear(snt.flatten(x))))
+    x = tf.nn.relu(self._conv1(image))
+    x = tf.nn.relu(self._conv2(x))
+    return tf.nn.relu(_normed(self._linear_norm,
+                              self._linear(snt.flatten(x))))
 
 
 class MinAtarTorso(_ImageTorso):
   """The torso of MinAtar's reference networks for 10x10 boards (Young and
   Tian, 2019): conv 16 3x3 stride 1 'VALID' (10x10 -> 8x8), linear 128,
   each followed by a ReLU (as in its DQN; its actor-critic used SiLU). With
-  `norm='layer_norm'` the linear layer's pre-activation is layer-normalised,
-  with 'layer_norm_all' the conv layer's too.
+  `norm='layer_norm'` the linear layer's pre-activation is layer-normalised.
 
   IMPALA's torsos are built for 84x84 frames: the shallow one's first
   stride-4 layer leaves 3x3 of a 10x10 board, so small boards get this one.
@@ -217,32 +175,29 @@ class MinAtarTorso(_ImageTorso):
 
   def __init__(self, observation_spec, w_init, output_size: int = 128,
                channels: int = 16, name: str = 'minatar_torso',
-               activation: str = 'relu', norm: str = 'none'):
-    super().__init__(observation_spec, name=name, activation=activation,
-                     norm=norm)
+               norm: str = 'none'):
+    super().__init__(observation_spec, name=name, norm=norm)
     self._conv = snt.Conv2D(channels, 3, padding='VALID', w_init=w_init,
                             name='conv')
-    self._conv_norm = make_norm(norm, 'conv_norm', spatial=True)
     self._linear = snt.Linear(output_size, w_init=w_init, name='linear')
 
   def _encode(self, image):
-    x = self._act(_normed(self._conv_norm, self._conv(image)))
-    return self._act(_normed(self._linear_norm,
-                             self._linear(snt.flatten(x))))
+    x = tf.nn.relu(self._conv(image))
+    return tf.nn.relu(_normed(self._linear_norm,
+                              self._linear(snt.flatten(x))))
 
 
 class _ResidualBlock(snt.Module):
-  """x + conv(act(conv(act(x)))), 3x3 convs keeping the channel count."""
+  """x + conv(relu(conv(relu(x)))), 3x3 convs keeping the channel count."""
 
-  def __init__(self, channels, w_init, name, act=tf.nn.relu):
+  def __init__(self, channels, w_init, name):
     super().__init__(name=name)
-    self._act = act
     self._conv1 = snt.Conv2D(channels, 3, w_init=w_init, name='conv1')
     self._conv2 = snt.Conv2D(channels, 3, w_init=w_init, name='conv2')
 
   def __call__(self, x):
-    y = self._conv1(self._act(x))
-    y = self._conv2(self._act(y))
+    y = self._conv1(tf.nn.relu(x))
+    y = self._conv2(tf.nn.relu(y))
     return x + y
 
 
@@ -251,48 +206,43 @@ class ImpalaDeepTorso(_ImageTorso):
 
   A section is conv 3x3, max-pool 3x3 stride 2, and two residual blocks. The
   last section is followed by ReLU, flatten, linear 256, ReLU (the linear
-  layer's pre-activation layer-normalised with `norm='layer_norm'`; with
-  'layer_norm_all' each section's conv output is too, before the max-pool).
+  layer's pre-activation layer-normalised with `norm='layer_norm'`).
   """
 
   def __init__(self, observation_spec, w_init, output_size: int = 256,
                channels: Sequence[int] = (16, 32, 32),
-               name: str = 'impala_deep_torso', activation: str = 'relu',
-               norm: str = 'none'):
-    super().__init__(observation_spec, name=name, activation=activation,
-                     norm=norm)
+               name: str = 'impala_deep_torso', norm: str = 'none'):
+    super().__init__(observation_spec, name=name, norm=norm)
     self._sections = []
     for i, c in enumerate(channels):
+      # (conv, None, block0, block1): a checkpoint names each module by its
+      # index in this tuple, so the blocks stay at 2 and 3.
       self._sections.append((
           snt.Conv2D(c, 3, w_init=w_init, name=f'section{i}_conv'),
-          make_norm(norm, f'section{i}_conv_norm', spatial=True),
-          _ResidualBlock(c, w_init, f'section{i}_block0', self._act),
-          _ResidualBlock(c, w_init, f'section{i}_block1', self._act),
+          None,
+          _ResidualBlock(c, w_init, f'section{i}_block0'),
+          _ResidualBlock(c, w_init, f'section{i}_block1'),
       ))
     self._linear = snt.Linear(output_size, w_init=w_init, name='linear')
 
   def _encode(self, image):
     x = image
-    for conv, conv_norm, block0, block1 in self._sections:
-      x = _normed(conv_norm, conv(x))
-      x = tf.nn.max_pool2d(x, 3, strides=2, padding='SAME')
+    for conv, _, block0, block1 in self._sections:
+      x = tf.nn.max_pool2d(conv(x), 3, strides=2, padding='SAME')
       x = block1(block0(x))
-    x = self._act(x)
-    return self._act(_normed(self._linear_norm,
-                             self._linear(snt.flatten(x))))
+    x = tf.nn.relu(x)
+    return tf.nn.relu(_normed(self._linear_norm,
+                              self._linear(snt.flatten(x))))
 
 
 class MLPTorso(snt.Module):
-  """Concatenated vector observations through ReLU (or `activation`) linear
-  layers, each layer's pre-activation layer-normalised with
-  `norm='layer_norm'`."""
+  """Concatenated vector observations through ReLU linear layers, each
+  layer's pre-activation layer-normalised with `norm='layer_norm'`."""
 
   def __init__(self, observation_spec, w_init,
                hidden_sizes: Sequence[int] = (256, 256),
-               name: str = 'mlp_torso', activation: str = 'relu',
-               norm: str = 'none'):
+               name: str = 'mlp_torso', norm: str = 'none'):
     super().__init__(name=name)
-    self._act = activation_fn(activation)
     check_norm(norm)
     bad = [k for k, s in observation_spec.items() if len(s.shape) > 1]
     if bad:
@@ -312,7 +262,7 @@ class MLPTorso(snt.Module):
     x = _concat_vectors(observation, self._keys)
     norms = self._norms or [None] * len(self._layers)
     for layer, norm in zip(self._layers, norms):
-      x = self._act(_normed(norm, layer(x)))
+      x = tf.nn.relu(_normed(norm, layer(x)))
     return TorsoOutput(x, {})
 
 
@@ -320,24 +270,22 @@ class FullyConvTorso(snt.Module):
   """The SC2LE FullyConv state encoder (Vinyals et al. 2017), recurrent-ready.
 
   - Every `[H, W, C]` observation (screen, minimap) goes through its own
-    conv 16 5x5 and conv 32 3x3 ('SAME', ReLU or `activation`), keeping its
-    resolution.
+    conv 16 5x5 and conv 32 3x3 ('SAME', ReLU), keeping its resolution.
   - The rank-1 observations that are not action masks (player, ...) are
     squashed with `signed_log1p` and broadcast as planes.
   - The fused map of a resolution concatenates the conv outputs of that
     resolution and the broadcast planes; it is what the spatial heads read.
   - The feature vector is linear 256 + ReLU over all flattened fused maps
     (the linear layer's pre-activation layer-normalised with
-    `norm='layer_norm'`, the convolutions' too with 'layer_norm_all'), with
-    the action-mask observations (available_actions) appended so that the
-    core knows which functions it may call.
+    `norm='layer_norm'`), with the action-mask observations
+    (available_actions) appended so that the core knows which functions it
+    may call.
   """
 
   def __init__(self, observation_spec, w_init, mask_keys=(),
                output_size: int = 256, name: str = 'fullyconv_torso',
-               activation: str = 'relu', norm: str = 'none'):
+               norm: str = 'none'):
     super().__init__(name=name)
-    self._act = activation_fn(activation)
     self._linear_norm = make_norm(norm, 'linear_norm')
     self._spatial_keys = image_keys(observation_spec)
     if not self._spatial_keys:
@@ -352,9 +300,7 @@ class FullyConvTorso(snt.Module):
                         if k not in mask_keys]
     self._convs = {
         k: (snt.Conv2D(16, 5, w_init=w_init, name=f'{k}_conv1'),
-            snt.Conv2D(32, 3, w_init=w_init, name=f'{k}_conv2'),
-            make_norm(norm, f'{k}_conv1_norm', spatial=True),
-            make_norm(norm, f'{k}_conv2_norm', spatial=True))
+            snt.Conv2D(32, 3, w_init=w_init, name=f'{k}_conv2'))
         for k in self._spatial_keys
     }
     self._linear = snt.Linear(output_size, w_init=w_init, name='linear')
@@ -367,9 +313,9 @@ class FullyConvTorso(snt.Module):
   def __call__(self, observation) -> TorsoOutput:
     maps = {}
     for k in self._spatial_keys:
-      conv1, conv2, norm1, norm2 = self._convs[k]
-      x = self._act(_normed(norm1, conv1(to_float(observation[k]))))
-      x = self._act(_normed(norm2, conv2(x)))
+      conv1, conv2 = self._convs[k]
+      x = tf.nn.relu(conv1(to_float(observation[k])))
+      x = tf.nn.relu(conv2(x))
       maps.setdefault(self._resolutions[k], []).append(x)
     planes = _concat_vectors(observation, self._plane_keys)
     if planes is not None:
@@ -380,7 +326,7 @@ class FullyConvTorso(snt.Module):
         xs = xs + [planes[:, None, None, :] * tf.ones([1, h, w, 1])]
       fused[(h, w)] = tf.concat(xs, axis=-1)
     flat = tf.concat([snt.flatten(m) for m in fused.values()], axis=-1)
-    features = self._act(_normed(self._linear_norm, self._linear(flat)))
+    features = tf.nn.relu(_normed(self._linear_norm, self._linear(flat)))
     masks = _concat_vectors(observation, self._mask_keys)
     if masks is not None:
       features = tf.concat([features, masks], axis=-1)

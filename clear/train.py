@@ -229,4 +229,5 @@ def _main_once(argv):
 
 if __name__ == '__main__':
   flag_help.install_help_flags(FLAGS, __doc__, cli_flags.FLAG_GROUPS)
-  app.run(main, flags_parser=flag_help.parse_flags_or_exit(FLAGS, PROGRAM))
+  app.run(main, flags_parser=flag_help.parse_flags_or_exit(
+      FLAGS, PROGRAM, cli_flags.removed_in_flagfiles))

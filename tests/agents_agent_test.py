@@ -33,11 +33,9 @@ FAMILIES = {
     'fullyconv_feed_forward_separate_critic': (
         testing.sc2_spec, dict(network='fullyconv', core_size=0,
                                separate_critic=True)),
-    'shallow_layer_norm_glorot': (
+    'shallow_layer_norm_lstm': (
         testing.atari_spec, dict(network='impala_shallow',
-                                 core='layer_norm_lstm', lstm_init='glorot',
-                                 torso_grad_scale=0.5,
-                                 torso_activation='leaky_relu')),
+                                 core='layer_norm_lstm')),
     'mlp_layer_norm_separate_critic': (
         testing.control_spec, dict(network='mlp', core='layer_norm_lstm',
                                    separate_critic=True)),
@@ -47,9 +45,6 @@ FAMILIES = {
     'mlp_torso_layer_norm_separate_critic': (
         testing.control_spec, dict(network='mlp', torso_norm='layer_norm',
                                    separate_critic=True)),
-    'shallow_torso_layer_norm_all': (
-        testing.atari_spec, dict(network='impala_shallow',
-                                 torso_norm='layer_norm_all')),
 }
 
 
@@ -377,66 +372,10 @@ def test_rank_errors_name_the_method():
                agent.initial_state(B))
 
 
-def test_glorot_lstm_init_draws_from_the_concatenated_kernel_bound():
-  spec = testing.atari_spec()
-  agent = agents.make_agent(spec, network='impala_shallow', core_size=64,
-                            lstm_init='glorot', seed=4)
-  lstm = agent._core
-  d = lstm.input_to_hidden.shape[0]  # Torso 256 + reward + one-hot actions.
-  assert d == 256 + 1 + spec.action_spec['action'].num_values
-  limit = np.sqrt(6.0 / (d + 64 + 4 * 64))
-  for kernel in (lstm.input_to_hidden, lstm.hidden_to_hidden):
-    values = kernel.numpy()
-    assert np.abs(values).max() <= limit
-    # Uniform on [-l, l]: std l / sqrt(3), and both tails reached.
-    assert values.std() == pytest.approx(limit / np.sqrt(3), rel=0.02)
-    assert np.abs(values).max() > 0.99 * limit
-  # The same seed gives the same weights; the torso is fan-in as before.
-  again = agents.make_agent(spec, network='impala_shallow', core_size=64,
-                            lstm_init='glorot', seed=4)
-  default = agents.make_agent(spec, network='impala_shallow', core_size=64,
-                              seed=4)
-  for a, b, c in zip(agent.trainable_variables, again.trainable_variables,
-                     default.trainable_variables):
-    np.testing.assert_array_equal(a.numpy(), b.numpy())
-    if 'lstm' not in a.name:
-      np.testing.assert_array_equal(a.numpy(), c.numpy())
-
-
-def test_torso_grad_scale_scales_only_the_torso_gradient():
-  spec = testing.atari_spec()
-  prev_actions, env_outputs = _trajectory(spec)
-
-  def grads(scale):
-    agent = agents.make_agent(spec, network='impala_shallow', core_size=CORE,
-                              torso_grad_scale=scale, seed=2)
-    with tf.GradientTape() as tape:
-      out, _ = agent.unroll(prev_actions, env_outputs, agent.initial_state(B))
-      loss = tf.reduce_sum(out.baseline) + tf.reduce_sum(
-          out.logits['action'] ** 2)
-    variables = agent.trainable_variables
-    return out, {v.name: g for v, g in zip(
-        variables, tape.gradient(loss, variables))}
-
-  out1, g1 = grads(1.0)
-  out4, g4 = grads(0.25)
-  np.testing.assert_allclose(out1.baseline, out4.baseline, rtol=1e-6)
-  for name, g in g1.items():
-    expected = 0.25 * g if '/torso/' in name else g
-    np.testing.assert_allclose(g4[name], expected, rtol=1e-4, atol=1e-8,
-                               err_msg=name)
-  assert any('/torso/' in name for name in g1)
-
-
 @pytest.mark.parametrize('kwargs, match', [
     (dict(core='gru'), 'core must be one of'),
-    (dict(lstm_init='orthogonal'), 'lstm_init must be one of'),
-    (dict(torso_grad_scale=-1.0), 'torso_grad_scale must be'),
-    (dict(torso_grad_scale=float('nan')), 'torso_grad_scale must be'),
-    (dict(torso_activation='tanh'), 'torso_activation must be one of'),
     (dict(torso_norm='batch_norm'),
-     r"torso_norm must be one of \('none', 'layer_norm', 'layer_norm_all'\), "
-     r"got 'batch_norm'")])
+     r"torso_norm must be one of \('none', 'layer_norm'\), got 'batch_norm'")])
 def test_bad_core_options(kwargs, match):
   with pytest.raises(ValueError, match=match):
     agents.make_agent(testing.control_spec(), network='mlp', core_size=4,
@@ -445,8 +384,6 @@ def test_bad_core_options(kwargs, match):
 
 @pytest.mark.parametrize('family, norms', [
     ('shallow_torso_layer_norm', ['torso/linear_norm']),
-    ('shallow_torso_layer_norm_all', ['torso/conv1_norm', 'torso/conv2_norm',
-                                      'torso/linear_norm']),
     ('mlp_torso_layer_norm_separate_critic', [
         'critic_torso/linear0_norm', 'critic_torso/linear1_norm',
         'torso/linear0_norm', 'torso/linear1_norm'])])

@@ -50,48 +50,34 @@ def test_impala_shallow_layer_shapes():
   assert shapes['linear/w:0'] == [11 * 11 * 32, 256]
 
 
-@pytest.mark.parametrize('activation, reference', [
-    ('relu', lambda x: np.maximum(x, 0.)),
-    ('leaky_relu', lambda x: np.where(x > 0, x, 0.01 * x)),
-    ('elu', lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.))))])
-def test_mlp_torso_activation_matches_numpy(activation, reference):
+def test_deep_torso_checkpoint_keys(tmp_path):
+  # A checkpoint names each module of a section by its index in the
+  # section's tuple: the conv at 0, the residual blocks at 2 and 3, as in
+  # the checkpoints of earlier versions.
+  spec = testing.atari_spec(frame_shape=(36, 36, 4))
+  torso = torsos.ImpalaDeepTorso(spec.observation_spec, _w_init())
+  torso(testing.random_observation(spec, (1,), np.random.default_rng(0)))
+  path = tf.train.Checkpoint(torso=torso).write(str(tmp_path / 'ckpt'))
+  keys = sorted(name.split('/.ATTRIBUTES/')[0]
+                for name, _ in tf.train.list_variables(path)
+                if name != '_CHECKPOINTABLE_OBJECT_GRAPH')
+  assert keys == sorted(
+      ['torso/_linear/b', 'torso/_linear/w'] +
+      [f'torso/_sections/{i}/0/{v}' for i in range(3) for v in 'bw'] +
+      [f'torso/_sections/{i}/{j}/_conv{k}/{v}' for i in range(3)
+       for j in (2, 3) for k in (1, 2) for v in 'bw'])
+
+
+def test_mlp_torso_matches_numpy():
   spec = testing.control_spec(obs_size=5)
-  torso = torsos.MLPTorso(spec.observation_spec, _w_init(), (7, 3),
-                          activation=activation)
+  torso = torsos.MLPTorso(spec.observation_spec, _w_init(), (7, 3))
   obs = testing.random_observation(spec, (N,), np.random.default_rng(0))
   x = np.concatenate([np.asarray(obs[k], np.float32).reshape(N, -1)
                       for k in spec.observation_spec], axis=-1)
   features = torso(obs).features.numpy()
   for layer in torso._layers:
-    x = reference(x @ layer.w.numpy() + layer.b.numpy())
+    x = np.maximum(x @ layer.w.numpy() + layer.b.numpy(), 0.)
   np.testing.assert_allclose(features, x, rtol=1e-5, atol=1e-6)
-  assert (features < 0).any() == (activation != 'relu')
-
-
-@pytest.mark.parametrize('torso_cls, first_bias', [
-    (torsos.ImpalaShallowTorso, 'conv1/b'), (torsos.MinAtarTorso, 'conv/b')])
-def test_leaky_activations_keep_a_gradient_in_dead_units(torso_cls,
-                                                         first_bias):
-  # Every first-layer unit pushed below zero on every input (bias -10):
-  # a ReLU torso sends no gradient to that layer, leaky ReLU and ELU do.
-  spec = (_minatar_spec(4) if torso_cls is torsos.MinAtarTorso
-          else testing.atari_spec())
-  obs = testing.random_observation(spec, (N,), np.random.default_rng(0))
-
-  def first_layer_gradient(activation):
-    torso = torso_cls(spec.observation_spec, _w_init(), activation=activation)
-    torso(obs)
-    named = {v.name.split('/', 1)[1][:-2]: v for v in torso.trainable_variables}
-    named[first_bias].assign(tf.fill(named[first_bias].shape, -10.))
-    kernel = named[first_bias[:-1] + 'w']
-    with tf.GradientTape() as tape:
-      loss = tf.reduce_sum(torso(obs).features)
-    return tape.gradient(loss, kernel)
-
-  relu = first_layer_gradient('relu')
-  assert relu is None or not np.any(relu.numpy())
-  for activation in ('leaky_relu', 'elu'):
-    assert np.all(first_layer_gradient(activation).numpy() != 0), activation
 
 
 def _layer_norm_relu(h, scale, offset):
@@ -158,24 +144,10 @@ def test_image_torso_layer_norm_matches_numpy(torso_cls, at_init):
   assert np.all((features > 0).any(axis=-1))
 
 
-# The conv norms 'layer_norm_all' adds to each image torso, beyond 'layer_norm'.
-CONV_NORMS = {
-    torsos.ImpalaShallowTorso: ['conv1_norm', 'conv2_norm'],
-    torsos.ImpalaDeepTorso: ['section0_conv_norm', 'section1_conv_norm',
-                             'section2_conv_norm'],
-    torsos.MinAtarTorso: ['conv_norm'],
-    torsos.FullyConvTorso: ['minimap_conv1_norm', 'minimap_conv2_norm',
-                            'screen_conv1_norm', 'screen_conv2_norm'],
-    torsos.MLPTorso: [],
-}
-
-
 @pytest.mark.parametrize('torso_cls', IMAGE_TORSOS + [torsos.MLPTorso])
 def test_torso_norm_none_adds_no_variables(torso_cls):
-  # 'none' builds exactly today's variables (checkpoints still load), with
-  # the same seeded values as the 'layer_norm' torso's shared layers; and
-  # 'layer_norm_all' adds to 'layer_norm' exactly the conv layers' norms,
-  # a gain and offset per channel.
+  # 'none' builds no norm variables, and the 'layer_norm' torso's other
+  # layers have the same seeded values as its own.
   def variables(norm):
     if torso_cls is torsos.MLPTorso:
       spec = testing.control_spec(obs_size=5)
@@ -196,98 +168,6 @@ def test_torso_norm_none_adds_no_variables(torso_cls):
   assert set(none) <= set(normed)
   for name, value in none.items():
     np.testing.assert_array_equal(normed[name], value, err_msg=name)
-  normed_all = variables('layer_norm_all')
-  assert set(normed) <= set(normed_all)
-  for name, value in normed.items():
-    np.testing.assert_array_equal(normed_all[name], value, err_msg=name)
-  added = sorted(set(normed_all) - set(normed))
-  assert added == sorted(f'{n}/{w}:0' for n in CONV_NORMS[torso_cls]
-                         for w in ('offset', 'scale'))
-  for name in added:
-    channels = none[name.split('_norm/')[0] + '/b:0'].shape
-    assert normed_all[name].shape == channels, name
-
-
-def _spatial_layer_norm(h, scale, offset):
-  """snt.LayerNorm(axis=[1, 2, 3]) of `[N, H, W, C]` in float64: each frame's
-  map normalised as a whole, then a gain and offset per channel."""
-  h = np.asarray(h, np.float64)
-  mean = h.mean(axis=(1, 2, 3), keepdims=True)
-  var = h.var(axis=(1, 2, 3), keepdims=True)
-  return (h - mean) / np.sqrt(var + 1e-5) * scale + offset
-
-
-def test_shallow_torso_layer_norm_all_matches_numpy():
-  # relu(norm(conv(x))) for both convs and relu(norm(linear(x))), with each
-  # layer's pre-activation recorded and trained-looking gains and offsets.
-  spec, torso = _image_torso(torsos.ImpalaShallowTorso, 'layer_norm_all')
-  obs = testing.random_observation(spec, (N,), np.random.default_rng(0))
-  torso(obs)
-  rng = np.random.default_rng(1)
-  for norm in (torso._conv1_norm, torso._conv2_norm, torso._linear_norm):
-    size = norm.scale.shape[0]
-    norm.scale.assign(rng.uniform(0.5, 2., size).astype(np.float32))
-    norm.offset.assign(rng.normal(size=size).astype(np.float32))
-  layers = {'conv1': torso._conv1, 'conv2': torso._conv2,
-            'linear': torso._linear}
-  outputs = {}
-
-  def recording(name):
-    def call(x):
-      outputs[name] = layers[name](x)
-      return outputs[name]
-    return call
-
-  for name in layers:
-    setattr(torso, f'_{name}', recording(name))
-  features = torso(obs).features.numpy()
-  # What each layer read is the activation of the previous layer's norm.
-  x1 = np.maximum(_spatial_layer_norm(outputs['conv1'],
-                                      torso._conv1_norm.scale.numpy(),
-                                      torso._conv1_norm.offset.numpy()), 0.)
-  np.testing.assert_allclose(
-      layers['conv2'](x1.astype(np.float32)), outputs['conv2'],
-      rtol=1e-4, atol=1e-4)
-  x2 = np.maximum(_spatial_layer_norm(outputs['conv2'],
-                                      torso._conv2_norm.scale.numpy(),
-                                      torso._conv2_norm.offset.numpy()), 0.)
-  h = (x2.reshape(N, -1) @ layers['linear'].w.numpy() +
-       layers['linear'].b.numpy())
-  np.testing.assert_allclose(
-      features, _layer_norm_relu(h, torso._linear_norm.scale.numpy(),
-                                 torso._linear_norm.offset.numpy()),
-      rtol=1e-3, atol=1e-3)
-
-
-# The deep torso is left out: no ReLU reads its section convs directly (a
-# max-pool and a residual sum do), so they cannot die this way.
-@pytest.mark.parametrize('torso_cls', [torsos.ImpalaShallowTorso,
-                                       torsos.MinAtarTorso,
-                                       torsos.FullyConvTorso])
-def test_layer_norm_all_keeps_convs_alive(torso_cls):
-  # Every conv bias at -10 puts every conv unit below zero on every input:
-  # with only the linear layer normalised no gradient reaches the first
-  # conv's kernel; with the convolutions normalised too it does.
-  spec = _image_torso(torso_cls, 'none')[0]
-  obs = testing.random_observation(spec, (N,), np.random.default_rng(0))
-
-  def first_conv_gradient(norm):
-    torso = _image_torso(torso_cls, norm)[1]
-    torso(obs)
-    conv_biases = [v for v in torso.trainable_variables
-                   if 'conv' in v.name and v.name.endswith('/b:0')]
-    for v in conv_biases:
-      v.assign(tf.fill(v.shape, -10.))
-    kernel = [v for v in torso.trainable_variables if 'conv' in v.name and
-              v.name.endswith('/w:0')][0]
-    with tf.GradientTape() as tape:
-      loss = tf.reduce_sum(torso(obs).features)
-    return tape.gradient(loss, kernel)
-
-  dead = first_conv_gradient('layer_norm')
-  assert dead is None or not np.any(dead.numpy())
-  alive = first_conv_gradient('layer_norm_all')
-  assert alive is not None and np.any(alive.numpy())
 
 
 def test_mlp_torso_layer_norm_matches_numpy():
@@ -308,19 +188,13 @@ def test_mlp_torso_layer_norm_matches_numpy():
 @pytest.mark.parametrize('torso_cls', IMAGE_TORSOS + [torsos.MLPTorso])
 def test_unknown_norm_is_refused(torso_cls):
   with pytest.raises(ValueError,
-                     match=r"norm must be one of \('none', 'layer_norm', "
-                           r"'layer_norm_all'\), got 'batch_norm'"):
+                     match=r"norm must be one of \('none', 'layer_norm'\), "
+                           r"got 'batch_norm'"):
     if torso_cls is torsos.MLPTorso:
       torso_cls(testing.control_spec().observation_spec, _w_init(),
                 norm='batch_norm')
     else:
       _image_torso(torso_cls, 'batch_norm')
-
-
-def test_unknown_activation_is_refused():
-  with pytest.raises(ValueError, match=r"activation must be one of \['elu'"):
-    torsos.MLPTorso(testing.control_spec().observation_spec, _w_init(),
-                    activation='tanh')
 
 
 def test_mlp_torso_concatenates_vectors():

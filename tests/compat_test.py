@@ -16,9 +16,17 @@ commit). For each, on a copy:
 Checkpoint keys follow the attribute names of the tf.Module objects a
 policy saves, so renaming such an attribute, or moving state elsewhere,
 fails here.
+
+A run.json may name settings that this version no longer has
+(`run_config.REMOVED_SETTINGS`): at the values this version runs, as the
+kept runs under results/ record them, the run tests and resumes without a
+word about them; at another value (in run.json, or in a flagfile) the
+binary stops with one message naming the setting, its value and the commit
+that last ran it, and leaves every file as it was.
 """
 
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -31,10 +39,12 @@ import tensorflow as tf
 from absl import flags
 from absl.testing import flagsaver
 
+from clear import checkpoint as checkpoint_lib
 from clear.cli import configs
 from clear.cli import run_json
 from clear.cli import validation
 from clear.runtime import evaluation
+from clear.runtime import run_config
 from clear.runtime import run_loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -193,3 +203,221 @@ def test_logdir_of_an_earlier_version_tests_and_resumes(name, tmp_path):
     assert counts == [2] * len(counts)
   else:
     assert printed['num_episodes'] == written['num_episodes'] == 2
+
+
+# The settings of earlier versions that this one no longer has, at the
+# values every run had unless they were set (the ones this version runs),
+# as run.json's `flags` records them.
+REMOVED_AT_DEFAULTS = {'lstm_init': 'fan_in', 'torso_grad_scale': 1.0,
+                       'torso_activation': 'relu',
+                       'rmsprop_epsilon_outside': False,
+                       'rmsprop_fan_in_reference': 0}
+IMPALA_CARTPOLE = ('--backend=inline', '--seed=1', '--envs_per_actor=4',
+                   '--batch_size=4', *RUNS['impala_cartpole'][0])
+KEPT_RUNS = sorted(glob.glob(os.path.join(ROOT, 'results', '*', 'runs', '*',
+                                          'run.json')))
+
+
+def run_binary(*args):
+  """Starts `python -m clear.train` with `args` (see `finish`)."""
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='2')
+  return subprocess.Popen([sys.executable, '-m', 'clear.train', *args],
+                          cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+
+
+def finish(process):
+  """(exit status, stdout, stderr) of a `run_binary` process."""
+  out, err = process.communicate(timeout=300)
+  return process.returncode, out, err
+
+
+def files_of(folder):
+  """{path under `folder`: sha256 of its bytes, or 'folder'}, for every
+  file and folder under it ({} when it does not exist)."""
+  found = {}
+  for parent, folders, files in os.walk(folder):
+    for name in folders:
+      found[os.path.relpath(os.path.join(parent, name), folder)] = 'folder'
+    for name in files:
+      path = os.path.join(parent, name)
+      with open(path, 'rb') as f:
+        found[os.path.relpath(path, folder)] = hashlib.sha256(
+            f.read()).hexdigest()
+  return found
+
+
+def fixture_copy(tmp_path, name, **changes):
+  """A copy of the impala_cartpole fixture at tmp_path/name whose run.json
+  has the top-level keys `changes` too."""
+  logdir = str(tmp_path / name)
+  shutil.copytree(os.path.join(FIXTURES, 'impala_cartpole'), logdir)
+  path = os.path.join(logdir, 'run.json')
+  with open(path) as f:
+    saved = json.load(f)
+  with open(path, 'w') as f:
+    json.dump({**saved, **changes}, f, indent=2, sort_keys=True)
+  return logdir
+
+
+def recorded_flags(logdir, *args):
+  """run.json's `flags` of a run made with `args` by an earlier version:
+  this version's record and the removed settings at their defaults."""
+  with flagsaver.flagsaver():
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', f'--logdir={logdir}', *args])
+    return {**configs.recorded_flags(flags.FLAGS), **REMOVED_AT_DEFAULTS}
+
+
+def test_a_run_json_with_removed_settings_at_their_defaults_tests_and_resumes(
+    tmp_path):
+  # As the MinAtar runs record them: `flags` names every removed setting
+  # at its default, and `history` an earlier change of one.
+  history = [{'time': '2026-12-01 10:00:00', 'frames': 1000,
+              'changes': {'rmsprop_fan_in_reference': [256, 0]}}]
+  record = recorded_flags(str(tmp_path / 'train'), *IMPALA_CARTPOLE,
+                          '--log_interval_s=1000')
+  logdirs = {name: fixture_copy(tmp_path, name, history=history, flags=record)
+             for name in ('train', 'test')}
+  resumed = run_binary(f'--logdir={logdirs["train"]}', *IMPALA_CARTPOLE,
+                       '--total_environment_frames=3200',
+                       '--log_interval_s=1000')
+  tested = start_test_mode(logdirs['test'])
+  results = {'train': finish(resumed), 'test': finish(tested)}
+  for name, (code, _, err) in results.items():
+    assert code == 0, (name, err[-3000:])
+    assert 'Traceback' not in err
+    said = [line for line in err.splitlines()
+            if any(setting in line for setting in (*REMOVED_AT_DEFAULTS,
+                                                   'layer_norm_all'))]
+    assert not said, (name, said)
+  assert json.loads(results['test'][1])['num_episodes'] == 2
+  assert os.path.exists(os.path.join(logdirs['train'], 'checkpoints',
+                                     'ckpt-2.index'))
+  with open(os.path.join(logdirs['train'], 'run.json')) as f:
+    saved = json.load(f)
+  # This start's record of the flags names none of them; the history keeps
+  # its entries and adds this start's one change, the identity is kept.
+  assert not set(REMOVED_AT_DEFAULTS) & set(saved['flags'])
+  assert saved['history'][:1] == history
+  assert [entry['changes'] for entry in saved['history'][1:]] == [
+      {'total_environment_frames': [3000, 3200]}]
+  assert (saved['core_size'], saved['network']) == (16, 'auto')
+
+
+@pytest.mark.parametrize('path', KEPT_RUNS,
+                         ids=lambda p: os.path.relpath(p, ROOT))
+def test_the_kept_runs_still_resume_as_they_are(path, tmp_path, caplog):
+  # Each kept run.json, in a logdir of its own, with the flags its identity
+  # and its record of the flags name (those this version has, where they
+  # are not the flags' defaults): read, validated, and of the same
+  # identity, without a word about the removed settings some of them
+  # record.
+  logdir = str(tmp_path / 'run')
+  os.makedirs(logdir)
+  shutil.copy(path, os.path.join(logdir, 'run.json'))
+  with open(path) as f:
+    saved = json.load(f)
+  given = {name: value for name, value in
+           [*saved.items(), *saved['env_options'].items()]
+           if name in flags.FLAGS and name != 'flags'}
+  given.update({name: value for name, value in saved.get('flags', {}).items()
+                if name not in flags.FLAGS or
+                value != flags.FLAGS[name].default})
+  if ',' in saved['env']:  # A sequence's frames follow from its schedule.
+    given.pop('total_environment_frames', None)
+  args = []
+  for name, value in sorted(given.items()):
+    if name in REMOVED_AT_DEFAULTS:
+      assert value == REMOVED_AT_DEFAULTS[name], name
+    elif isinstance(value, bool):
+      args.append(f'--{name}' if value else f'--no{name}')
+    elif value is not None:
+      args.append(f'--{name}={value}')
+  with flagsaver.flagsaver(), caplog.at_level('INFO'):
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', *args, f'--logdir={logdir}'])
+    run_json.read_run_settings(flags.FLAGS)
+    run_json.keep_run_settings(flags.FLAGS)
+    validation.validate(flags.FLAGS)
+    config = configs.config_from_flags(flags.FLAGS)
+  checkpoint_lib.verify_run_identity(logdir, run_config.run_identity(config))
+  run_config.check_removed_settings(saved, path)
+  said = [r.getMessage() for r in caplog.records
+          if any(name in r.getMessage() for name in REMOVED_AT_DEFAULTS)]
+  assert not said
+
+
+# name -> (what the old run.json records besides the fixture's, the command:
+# a resume, test mode or --init_from it, what the message names): each is
+# refused with one message naming the setting and its value.
+REFUSED = {
+    'resume_flags': (
+        {'flags': {'rmsprop_fan_in_reference': 256, 'lstm_init': 'fan_in'}},
+        'train', 'rmsprop_fan_in_reference=256'),
+    'resume_identity': (
+        {'lstm_init': 'glorot', 'torso_grad_scale': 0.5},
+        'train', "lstm_init='glorot'"),
+    'test_torso_norm': (
+        {'torso_norm': 'layer_norm_all'}, 'test',
+        "torso_norm='layer_norm_all'"),
+    'init_from_activation': (
+        {'torso_activation': 'elu'}, 'init_from', "torso_activation='elu'"),
+}
+
+
+def test_a_run_json_with_a_removed_setting_at_another_value_is_refused(
+    tmp_path):
+  # Through the binary: one `error:` line naming the setting, its value
+  # and the commit that last ran it; exit status 2; every file of the
+  # logdir (and of an --init_from source) as it was, nothing made.
+  started, before = {}, {}
+  for name, (changes, mode, _) in REFUSED.items():
+    logdir = fixture_copy(tmp_path, name, **changes)
+    before[name] = files_of(logdir)
+    if mode == 'train':
+      args = [f'--logdir={logdir}', *IMPALA_CARTPOLE,
+              '--total_environment_frames=4000']
+    elif mode == 'test':
+      args = ['--mode=test', f'--logdir={logdir}', '--test_num_episodes=1']
+    else:
+      args = [f'--logdir={tmp_path / "new_run"}', f'--init_from={logdir}',
+              '--backend=inline', '--total_environment_frames=4000']
+    started[name] = run_binary(*args)
+  flagfile = tmp_path / 'old.flags'
+  flagfile.write_text('--env=gym:CartPole-v1\n--normsprop_epsilon_outside\n'
+                      '--torso_grad_scale=0.5\n--torso_norm=layer_norm_all\n')
+  started['flagfile'] = run_binary(f'--flagfile={flagfile}',
+                                   f'--logdir={tmp_path / "flagfile_run"}')
+  for name, process in started.items():
+    code, out, err = finish(process)
+    assert code == 2, (name, err[-3000:])
+    assert 'Traceback' not in err
+    errors = [line for line in err.splitlines() if line.startswith('error:')]
+    if name == 'flagfile':
+      assert errors == [
+          f'error: --flagfile={flagfile} sets --normsprop_epsilon_outside, a '
+          'flag this version of clear no longer has; it always runs that '
+          'way: delete the line.',
+          f'error: --flagfile={flagfile} sets --torso_grad_scale=0.5, a flag '
+          'this version of clear no longer has (it always runs as with '
+          '--torso_grad_scale=1.0). Run it with clear at commit dfafcdd or '
+          'earlier, the last version that has it.',
+          f'error: --flagfile={flagfile} sets --torso_norm=layer_norm_all, a '
+          'value this version of clear no longer takes for --torso_norm. Run '
+          'it with clear at commit dfafcdd or earlier, the last version that '
+          'has it.'], err[-3000:]
+      continue
+    assert len(errors) == 1, (name, err[-3000:])
+    [error] = errors
+    run_file = os.path.join(str(tmp_path / name), 'run.json')
+    assert error.startswith(f'error: {run_file}: the run was made with '), (
+        name, error)
+    assert REFUSED[name][2] in error, (name, error)
+    assert 'this version no longer has' in error, (name, error)
+    assert error.endswith(' Use it with clear at commit dfafcdd or earlier, '
+                          f'the last version that has '
+                          f'{"them" if name == "resume_identity" else "it"}.')
+    assert files_of(str(tmp_path / name)) == before[name], name
+  assert not os.path.exists(tmp_path / 'new_run')
+  assert not os.path.exists(tmp_path / 'flagfile_run')

@@ -132,3 +132,32 @@ def test_a_flag_before_a_flagfile_that_sets_it_is_warned_about(tmp_path):
   # absl itself: the file's value is the one that holds.
   values(argv)
   assert values.num_actors == 4 and not values.inline
+
+
+def test_flagfile_lines_follow_nested_flagfiles_in_order(tmp_path):
+  nested = tmp_path / 'nested.flags'
+  nested.write_text('--noinline\n# A comment.\n')
+  flagfile = tmp_path / 'run.flags'
+  flagfile.write_text(f'--num_actors=4\n--flagfile={nested}\n'
+                      f'--flagfile={flagfile}\n--optimizer=adam\n')
+  argv = ['train', '--num_actors=8', f'--flagfile={flagfile}',
+          '--flagfile=/no/such.flags']
+  assert flag_help.flagfile_lines(argv) == [
+      (str(flagfile), '--num_actors=4'), (str(nested), '--noinline'),
+      (str(flagfile), '--optimizer=adam')]
+
+
+def test_a_check_before_parsing_is_a_flag_error(capsys):
+  values, _ = grouped_flags()
+  parse = flag_help.parse_flags_or_exit(
+      values, 'python -m prog',
+      check=lambda argv: 'two.\nproblems.' if '--inline' in argv else None)
+  with pytest.raises(SystemExit) as exit_info:
+    parse(['program', '--inline', '--num_actors=3'])
+  assert exit_info.value.code == flag_help.USAGE_EXIT_CODE
+  assert capsys.readouterr().err.splitlines() == [
+      'error: two.', 'error: problems.',
+      'Run `python -m prog --helpfull` for the flags, grouped by purpose.']
+  assert not values.is_parsed()
+  assert parse(['program', '--num_actors=3']) == ['program']
+  assert values.num_actors == 3

@@ -11,7 +11,6 @@ import tree
 
 from clear import types
 from clear.algorithms.impala import learner as learner_lib
-from clear.algorithms.impala import optimizers
 from clear.ops import losses
 from clear.ops import transitions
 
@@ -396,27 +395,14 @@ def test_rmsprop_first_update_follows_the_initial_mean_square(initial):
     np.testing.assert_allclose(a, expected, rtol=1e-4, atol=1e-7)
 
 
-@pytest.mark.parametrize('outside,reference', [(True, 0), (False, 3),
-                                                (True, 3)])
-def test_rmsprop_matches_a_numpy_loop(outside, reference):
-  # Three updates of w -= lr s g / d, m = decay m + (1 - decay) g^2 from
-  # m0 = 1, d = sqrt(m) + epsilon (`outside`, PyTorch's form) or
-  # sqrt(m + epsilon), with the gradients of each step's weights; s is
-  # min(1, N / fan-in) for a kernel (fan-in the product of all its
-  # dimensions but the last) when N = `reference` > 0, else 1.
+def test_rmsprop_matches_a_numpy_loop():
+  # Three updates of w -= lr g / sqrt(m + epsilon),
+  # m = decay m + (1 - decay) g^2 from m0 = 1, with the gradients of each
+  # step's weights.
   agent, batch = agent_and_batch()
-  learner = make_learner(agent, optimizer='rmsprop', learning_rate=1e-2,
-                         rmsprop_epsilon_outside=outside,
-                         rmsprop_fan_in_reference=reference)
+  learner = make_learner(agent, optimizer='rmsprop', learning_rate=1e-2)
   config = learner.config
   weights = values_of(agent.trainable_variables)
-  scales = []
-  for w in weights:
-    fan_in = int(np.prod(w.shape[:-1])) if w.ndim >= 2 else 0
-    scales.append(min(1.0, reference / fan_in) if reference and fan_in
-                  else 1.0)
-  if reference:  # Both kinds of parameter are tested.
-    assert min(scales) < 1.0 and max(scales) == 1.0
   mean_squares = [np.ones_like(w) for w in weights]
   for _ in range(3):
     grads = [g.numpy() for g in learner._grads_fn(batch)[0]]
@@ -424,29 +410,14 @@ def test_rmsprop_matches_a_numpy_loop(outside, reference):
     for i, g in enumerate(grads):
       mean_squares[i] = (config.rmsprop_decay * mean_squares[i] +
                          (1 - config.rmsprop_decay) * g**2)
-      if outside:
-        denominator = np.sqrt(mean_squares[i]) + config.rmsprop_epsilon
-      else:
-        denominator = np.sqrt(mean_squares[i] + config.rmsprop_epsilon)
-      weights[i] = weights[i] - 1e-2 * scales[i] * g / denominator
+      denominator = np.sqrt(mean_squares[i] + config.rmsprop_epsilon)
+      weights[i] = weights[i] - 1e-2 * g / denominator
     for expected, variable in zip(weights, agent.trainable_variables):
       np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-4,
                                  atol=1e-6)
     # Later gradients are taken at the updated weights, not the numpy ones.
     for w, v in zip(weights, agent.trainable_variables):
       w[...] = v.numpy()
-
-
-@pytest.mark.parametrize('shape,reference,scale', [
-    ([3872, 256], 256, 256 / 3872),
-    ([8, 8, 4, 16], 128, 0.5),
-    ([263, 1024], 263, 1.0),
-    ([100, 4], 256, 1.0),
-    ([1024], 1, 1.0),
-    ([3872, 256], 0, 1.0),
-])
-def test_fan_in_scale(shape, reference, scale):
-  assert optimizers.fan_in_scale(shape, reference) == pytest.approx(scale)
 
 
 def test_xla_step_matches_the_plain_step():
@@ -641,7 +612,6 @@ def test_vtrace_targets_never_cross_a_truncation(column):
     ({'step_mul': 0}, 'step_mul'),
     ({'discounting': 1.5}, 'discounting'),
     ({'learning_rate_warmup_frames': -1}, 'learning_rate_warmup_frames'),
-    ({'rmsprop_fan_in_reference': -1}, 'rmsprop_fan_in_reference'),
     ({'entropy_cost_end': -0.1}, 'entropy_cost_end must be >= 0'),
     ({'entropy_cost_end': float('nan')}, 'entropy_cost_end must be >= 0'),
     ({'entropy_cost': -1.0}, 'entropy_cost must be >= 0'),

@@ -96,7 +96,7 @@ def test_lateral_adaptors_have_the_shapes_of_the_layers_they_feed():
 @pytest.mark.parametrize('spec,kwargs', [
     (MINATAR_SPEC, dict(core_size=16)),
     (MINATAR_SPEC, dict(core_size=16, core='layer_norm_lstm',
-                        torso_norm='layer_norm_all', torso_grad_scale=0.5)),
+                        torso_norm='layer_norm')),
     (CARTPOLE_SPEC, dict(network='mlp', core_size=0)),
     (testing.sc2_spec(), dict(core_size=8)),  # FullyConv, masks, spatial.
 ])

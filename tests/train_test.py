@@ -233,17 +233,10 @@ def test_unknown_game_gives_one_message_and_no_traceback(tmp_path):
     (['--rmsprop_initial_mean_square=-1', '--optimizer=rmsprop'],
      '--rmsprop_initial_mean_square must be >= 0'),
     (['--rmsprop_initial_mean_square=0'], 'needs --optimizer=rmsprop'),
-    (['--rmsprop_epsilon_outside'], '--rmsprop_epsilon_outside needs '
-     '--optimizer=rmsprop'),
     (['--rmsprop_epsilon=1e-3'], '--rmsprop_epsilon needs '
      '--optimizer=rmsprop'),
     (['--rmsprop_epsilon=0', '--optimizer=rmsprop'],
      '--rmsprop_epsilon must be a finite number > 0'),
-    (['--torso_grad_scale=-0.5'], '--torso_grad_scale must be'),
-    (['--rmsprop_fan_in_reference=-1'],
-     '--rmsprop_fan_in_reference must be >= 0'),
-    (['--env=gym:CartPole-v1', '--rmsprop_fan_in_reference=256'],
-     '--rmsprop_fan_in_reference needs --optimizer=rmsprop'),
     (['--learning_rate_warmup_frames=-1'],
      '--learning_rate_warmup_frames must be >= 0'),
     (['--learning_rate_warmup_frames=500', '--total_environment_frames=500'],
@@ -623,11 +616,9 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
   with flagsaver.flagsaver():
     flags.FLAGS.unparse_flags()
     flags.FLAGS(['train', '--env=atari:Pong', '--core=layer_norm_lstm',
-                 '--lstm_init=glorot', '--torso_grad_scale=0.5',
-                 '--torso_activation=elu', '--torso_norm=layer_norm',
-                 '--rmsprop_epsilon_outside', '--rmsprop_epsilon=1e-3',
+                 '--torso_norm=layer_norm', '--rmsprop_epsilon=1e-3',
                  '--learning_rate_warmup_frames=2000000',
-                 '--rmsprop_fan_in_reference=256', '--entropy_cost_end=0.002'])
+                 '--entropy_cost_end=0.002'])
     validation.validate(flags.FLAGS)
     config = configs.config_from_flags(flags.FLAGS)
     flags.FLAGS.unparse_flags()
@@ -637,29 +628,21 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
     flags.FLAGS(['train', '--env=atari:Pong'])
     atari_default = configs.config_from_flags(flags.FLAGS)
   assert config.agent_config == policy_lib.AgentConfig(
-      'auto', 256, False, 'layer_norm_lstm', 'glorot', 0.5, 'elu',
-      'layer_norm')
+      'auto', 256, False, 'layer_norm_lstm', 'layer_norm')
   assert default.agent_config.torso_norm == 'none'
   assert atari_default.agent_config.torso_norm == 'layer_norm'
-  assert config.learner_config.rmsprop_epsilon_outside
   assert config.learner_config.rmsprop_epsilon == 1e-3
-  assert not default.learner_config.rmsprop_epsilon_outside
   assert default.learner_config.rmsprop_epsilon == 1e-5
   assert config.learner_config.learning_rate_warmup_frames == 2_000_000
   assert default.learner_config.learning_rate_warmup_frames == 0
   assert config.learner_config.entropy_cost_end == 0.002
   assert default.learner_config.entropy_cost_end is None
-  assert config.learner_config.rmsprop_fan_in_reference == 256
-  assert default.learner_config.rmsprop_fan_in_reference == 0
   # run.json records core options only when they are not the defaults, so
   # runs made before the options existed resume unchanged.
   identity = run_config.run_identity(config)
-  assert (identity['core'], identity['lstm_init'],
-          identity['torso_grad_scale'], identity['torso_activation'],
-          identity['torso_norm']) == (
-              'layer_norm_lstm', 'glorot', 0.5, 'elu', 'layer_norm')
-  assert not {'core', 'lstm_init', 'torso_grad_scale', 'torso_activation',
-              'torso_norm'} & set(run_config.run_identity(default))
+  assert (identity['core'], identity['torso_norm']) == (
+      'layer_norm_lstm', 'layer_norm')
+  assert not {'core', 'torso_norm'} & set(run_config.run_identity(default))
   # Atari's default norm is recorded, so a run made before it became the
   # default (no torso_norm in run.json) is refused to the new defaults and
   # resumes with --torso_norm=none.
@@ -678,11 +661,9 @@ def test_core_options_reach_the_agent_and_run_json(tmp_path):
   # and a flag for another core is refused by name.
   saved = {'algorithm': 'impala', 'core_size': 256, 'env': 'atari:Pong',
            'network': 'auto', 'separate_critic': False}
-  # The same for the torso's activation (ReLU when run.json has none) and
-  # norm (none when run.json has none).
+  # The same for the torso's norm (none when run.json has none).
   for name, saved_value, other, default in (
       ('core', 'layer_norm_lstm', 'layer_norm_lstm', 'lstm'),
-      ('torso_activation', 'elu', 'leaky_relu', 'relu'),
       ('torso_norm', 'layer_norm', 'layer_norm', 'none')):
     with flagsaver.flagsaver():
       flags.FLAGS.unparse_flags()

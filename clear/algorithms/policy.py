@@ -29,28 +29,23 @@ INIT_SCOPES = ('all', 'critic', 'policy')
 class AgentConfig(NamedTuple):
   """Network choices, shared by the learner's agent and the actors' copies.
 
-  `core`, `lstm_init`, `torso_grad_scale`, `torso_activation` and
-  `torso_norm` are the IMPALA agent's (see `agents.make_agent`); the other
-  algorithms' networks take the defaults. `pnc_columns` gives IMPALA
-  Progress & Compress's two columns of that network
-  (`clear.algorithms.pnc.policy`): the run sets it for the actors of
-  `continual_method='pnc'`, not a flag.
+  `core` and `torso_norm` are the IMPALA agent's (see
+  `agents.make_agent`); the other algorithms' networks take the defaults.
+  `pnc_columns` gives IMPALA Progress & Compress's two columns of that
+  network (`clear.algorithms.pnc.policy`): the run sets it for the actors
+  of `continual_method='pnc'`, not a flag.
   """
   network: str = 'auto'
   core_size: int = 256
   separate_critic: bool = False
   core: str = 'lstm'
-  lstm_init: str = 'fan_in'
-  torso_grad_scale: float = 1.0
-  torso_activation: str = 'relu'
   torso_norm: str = 'none'
   pnc_columns: bool = False
 
 
 # The IMPALA agent's core and torso options in `AgentConfig`; run.json
 # records them only when they differ from the defaults.
-CORE_OPTION_FIELDS = ('core', 'lstm_init', 'torso_grad_scale',
-                      'torso_activation', 'torso_norm')
+CORE_OPTION_FIELDS = ('core', 'torso_norm')
 
 
 def to_numpy(nest):

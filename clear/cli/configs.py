@@ -114,8 +114,6 @@ def config_from_flags(f) -> run_config_lib.RunConfig:
         optimizer=defaults.family_default(f, 'optimizer'),
         rmsprop_initial_mean_square=f.rmsprop_initial_mean_square,
         rmsprop_epsilon=f.rmsprop_epsilon,
-        rmsprop_epsilon_outside=f.rmsprop_epsilon_outside,
-        rmsprop_fan_in_reference=f.rmsprop_fan_in_reference,
         fixed_step_mul=f.fixed_step_mul,
         step_mul=env_options.get('step_mul', 1),
         jit_compile=f.jit_compile, continual_method=f.continual_method,
@@ -129,8 +127,7 @@ def config_from_flags(f) -> run_config_lib.RunConfig:
       env_name=f.env, env_options=env_options, algorithm=f.algorithm,
       agent_config=policy_lib.AgentConfig(
           f.network, core_size, f.separate_critic, core=f.core,
-          lstm_init=f.lstm_init, torso_grad_scale=f.torso_grad_scale,
-          torso_activation=f.torso_activation, torso_norm=torso_norm(f)),
+          torso_norm=torso_norm(f)),
       learner_config=learner_config, logdir=f.logdir, seed=f.seed,
       num_actors=f.num_actors,
       envs_per_actor=envs_per_actor(f, learner_config),

@@ -19,7 +19,7 @@ error itself plus a pointer to `--helpfull`.
 
 import os
 import sys
-from typing import Callable, List, NamedTuple, Optional
+from typing import Callable, List, NamedTuple, Optional, Tuple
 
 from absl import app
 from absl import flags
@@ -177,25 +177,39 @@ def _arg_flag_name(arg: str) -> Optional[str]:
   return arg[2:].split('=', 1)[0]
 
 
-def _flagfile_settings(path: str, seen=()) -> dict:
-  """{flag name: its last line} that a flagfile (and the flagfiles it
-  names) sets; {} for one that cannot be read (absl says so)."""
-  settings = {}
+def _flagfile_lines(path: str, seen=()) -> List[Tuple[str, str]]:
+  """(file, line) of each flag line of a flagfile and of the flagfiles it
+  names, in order; none for a file that cannot be read (absl says so)."""
   if path in seen:
-    return settings
+    return []
   try:
     with open(os.path.expanduser(path)) as f:
       lines = [line.strip() for line in f]
   except OSError:
-    return settings
+    return []
+  found = []
   for line in lines:
     name = _arg_flag_name(line)
     if name == 'flagfile':
-      settings.update(_flagfile_settings(line.split('=', 1)[1],
-                                         (*seen, path)))
+      if '=' in line:
+        found.extend(_flagfile_lines(line.split('=', 1)[1], (*seen, path)))
     elif name:
-      settings[name] = line
-  return settings
+      found.append((path, line))
+  return found
+
+
+def _flagfile_settings(path: str) -> dict:
+  """{flag name: its last line} that a flagfile (and the flagfiles it
+  names) sets; {} for one that cannot be read (absl says so)."""
+  return {_arg_flag_name(line): line for _, line in _flagfile_lines(path)}
+
+
+def flagfile_lines(argv: List[str]) -> List[Tuple[str, str]]:
+  """(file, line) of each flag line that the `--flagfile=` arguments of
+  `argv` read (see `_flagfile_lines`), in order."""
+  return [found for arg in argv[1:]
+          if _arg_flag_name(arg) == 'flagfile' and '=' in arg
+          for found in _flagfile_lines(arg.split('=', 1)[1])]
 
 
 def overridden_by_flagfiles(argv: List[str],
@@ -224,12 +238,19 @@ def overridden_by_flagfiles(argv: List[str],
   return warnings
 
 
-def parse_flags_or_exit(flag_values: flags.FlagValues, program: str):
+def parse_flags_or_exit(
+    flag_values: flags.FlagValues, program: str,
+    check: Optional[Callable[[List[str]], Optional[str]]] = None):
   """A `flags_parser` for `app.run`: parses argv, and on a flag error
   prints just the error (see `print_flag_error`) and exits with
-  USAGE_EXIT_CODE."""
+  USAGE_EXIT_CODE. `check(argv)`, if given, runs first and returns such an
+  error (one absl would not say as well), or None."""
 
   def parse(argv):
+    problem = check(argv) if check is not None else None
+    if problem:
+      print_flag_error(problem, program)
+      sys.exit(USAGE_EXIT_CODE)
     try:
       return flag_values(argv)
     except flags.Error as e:

@@ -6,10 +6,13 @@ above its definition, in definition order. The flags of PPG, SAC and DDPG are
 defined from their configs (`ALGORITHM_FLAGS`), so the two never drift apart.
 Importing this module defines the flags in absl's `flags.FLAGS`; nothing
 else of clear reads them: `clear.cli.configs` turns them into configs.
+`removed_in_flagfiles` names the lines of a flagfile that set a flag of an
+earlier version that this one no longer has.
 """
 
 import re
 import sys
+from typing import Optional
 
 from absl import flags
 
@@ -20,6 +23,7 @@ from clear.algorithms.impala import config as impala_config
 from clear.cli import flag_help
 from clear.continual import methods as continual_methods
 from clear.replay import buffer as replay_lib
+from clear.runtime import run_config as run_config_lib
 
 FLAGS = flags.FLAGS
 # `--help` and `--helpfull` list the flags under these headings (see
@@ -103,18 +107,6 @@ flags.DEFINE_bool('separate_critic', False,
 flags.DEFINE_enum('core', 'lstm', list(agents_lib.CORES),
                   'Recurrent core: lstm (Sonnet\'s) or layer_norm_lstm (gates '
                   'and cell layer-normalised, Ba et al. 2016).')
-flags.DEFINE_enum('lstm_init', 'fan_in', list(agents_lib.LSTM_INITS),
-                  'LSTM kernels: fan_in (std 1/sqrt(fan-in) per block, '
-                  "Sonnet's) or glorot (uniform over the concatenated "
-                  "[input, hidden] kernel, TF1's and scalable_agent's).")
-flags.DEFINE_float('torso_grad_scale', 1.0,
-                   'Multiplies the gradient the core sends back into the '
-                   'torso (forward pass unchanged).')
-flags.DEFINE_enum('torso_activation', 'relu',
-                  list(agents_lib.TORSO_ACTIVATIONS),
-                  "The torso's hidden-layer activation: relu (the papers'), "
-                  'leaky_relu (slope 0.01 below zero) or elu; the latter two '
-                  'keep a gradient in units a ReLU would leave dead.')
 flags.DEFINE_enum('torso_norm', None, list(agents_lib.TORSO_NORMS),
                   "Normalisation of the pre-activations of the torso's final "
                   'linear layer (each hidden layer of the mlp torso): none '
@@ -123,8 +115,6 @@ flags.DEFINE_enum('torso_norm', None, list(agents_lib.TORSO_NORMS),
                   'ReLU units from dying together at high learning rates: '
                   'normalised '
                   'across units, they cannot all fall below zero together. '
-                  'layer_norm_all also normalises each conv layer over the '
-                  "whole map of a frame (a gain and offset per channel). "
                   'Default per env family: layer_norm for Atari, none '
                   'otherwise and for the PPG, SAC and DDPG ports (see '
                   'FAMILY_DEFAULTS).')
@@ -147,24 +137,14 @@ flags.DEFINE_enum('optimizer', None, list(impala_config.OPTIMIZERS),
                   'Optimizer (default per env family: rmsprop, as IMPALA, '
                   'for Atari; adam otherwise; see FAMILY_DEFAULTS).')
 flags.DEFINE_float('rmsprop_epsilon', 1e-5,
-                   "RMSProp's epsilon; see --rmsprop_epsilon_outside for "
-                   "where it is added. IMPALA's 0.01 under the root leaves "
+                   "RMSProp's epsilon, added under the square root as in "
+                   "TF1 and IMPALA. IMPALA's 0.01 there leaves "
                    "the LSTM's kernels, whose gradients are about 1e-3, at "
                    'a few percent of the normalised step; 1e-5 does not '
                    '(docs/training.md).')
-flags.DEFINE_bool('rmsprop_epsilon_outside', False,
-                  "Add RMSProp's epsilon after the square root, "
-                  "lr g / (sqrt(ms) + eps), as PyTorch and TorchBeast, "
-                  'instead of under it as TF1 and IMPALA.')
 flags.DEFINE_float('rmsprop_initial_mean_square', 1.0,
                    "Where RMSProp's mean of squared gradients starts: 1 as "
                    "in TF1's RMSPropOptimizer (IMPALA's), 0 as in Sonnet's.")
-flags.DEFINE_integer('rmsprop_fan_in_reference', 0,
-                     'With N > 0, every kernel whose fan-in F exceeds N '
-                     "(the shallow torso's linear layer: 3,872) moves at "
-                     'lr N / F: RMSProp moves each weight by about lr, so a '
-                     "wide layer's units move F / N times further per "
-                     'update than the rest. 0 = one rate for all.')
 flags.DEFINE_float('clip_grad_norm', 40.0,
                    'Global gradient-norm clip (0 disables).')
 flags.DEFINE_float('discounting', 0.99,
@@ -339,10 +319,8 @@ IMPALA_ONLY_FLAGS = ('discount_per', 'replay_proportion', 'replay_buffer_size',
                      'value_cloning_cost', 'baseline_cost', 'clip_advantage',
                      'optimizer', 'learning_rate_warmup_frames',
                      'entropy_cost_end', 'rmsprop_initial_mean_square',
-                     'rmsprop_epsilon', 'rmsprop_epsilon_outside',
-                     'rmsprop_fan_in_reference', 'num_critic_pretrain_frames',
-                     'separate_critic', 'core', 'lstm_init',
-                     'torso_grad_scale', 'torso_activation', 'torso_norm',
+                     'rmsprop_epsilon', 'num_critic_pretrain_frames',
+                     'separate_critic', 'core', 'torso_norm',
                      'continual_method') + EWC_FLAGS + PNC_FLAGS
 
 
@@ -404,3 +382,57 @@ def _define_algorithm_flags():
 
 ALGORITHM_FLAGS = _define_algorithm_flags()
 FLAG_GROUPS.end()
+
+
+def _flagfile_value(line: str):
+  """(name, value) that a flagfile line sets a `run_config.REMOVED_SETTINGS`
+  flag or a `REMOVED_VALUES` value to, typed as the flag's default (the
+  text as it is where it is not of that type); None for other lines."""
+  name, has_value, text = line[2:].partition('=')
+  removed = run_config_lib.REMOVED_SETTINGS
+  if not has_value and name.startswith('no') and isinstance(
+      removed.get(name[2:]), bool):
+    return name[2:], False
+  if name in run_config_lib.REMOVED_VALUES:
+    return (name, text) if text in run_config_lib.REMOVED_VALUES[name] else None
+  if name not in removed:
+    return None
+  default = removed[name]
+  if isinstance(default, bool):
+    words = {'true': True, 't': True, '1': True, 'false': False, 'f': False,
+             '0': False}
+    return name, words.get(text.lower(), text) if has_value else True
+  try:
+    return name, type(default)(text)
+  except ValueError:
+    return name, text
+
+
+def removed_in_flagfiles(argv) -> Optional[str]:
+  """What is wrong with the flagfiles of `argv` (see
+  `flag_help.flagfile_lines`) that set a flag this version no longer has
+  (`run_config.REMOVED_SETTINGS`) or a value it no longer takes
+  (`run_config.REMOVED_VALUES`), one line each; None when they set none.
+  A flag given on the command line instead is an unknown flag to absl."""
+  problems = []
+  for path, line in flag_help.flagfile_lines(argv):
+    found = _flagfile_value(line)
+    if found is None:
+      continue
+    name, value = found
+    default = run_config_lib.REMOVED_SETTINGS.get(name)
+    if name in run_config_lib.REMOVED_SETTINGS and value == default:
+      problems.append(
+          f'--flagfile={path} sets {line}, a flag this version of clear no '
+          'longer has; it always runs that way: delete the line.')
+      continue
+    default = str(default).lower() if isinstance(default, bool) else default
+    what = (f'a flag this version of clear no longer has (it always runs as '
+            f'with --{name}={default})' if name in
+            run_config_lib.REMOVED_SETTINGS else
+            f'a value this version of clear no longer takes for --{name}')
+    problems.append(
+        f'--flagfile={path} sets {line}, {what}. Run it with clear at commit '
+        f'{run_config_lib.LAST_COMMIT_WITH_REMOVED} or earlier, the last '
+        'version that has it.')
+  return '\n'.join(problems) or None

@@ -5,7 +5,9 @@ exactly, so they take the env, algorithm and network from the run.json
 beside it (see clear.checkpoint) instead of the flags' defaults
 (`read_run_settings`); a resume keeps the learner settings the run last ran
 with (`keep_run_settings`); a flag may pick another env only when its spaces
-are the same (`check_env_change`).
+are the same (`check_env_change`). A run.json that names a setting this
+version no longer has, at another value than the one it runs, is refused
+(`run_config.check_removed_settings`).
 """
 
 import math
@@ -26,8 +28,7 @@ from clear.runtime import run_config as run_config_lib
 # run.json fields that decide the network, each set by the flag of that
 # name: a flag given with another value is refused.
 NETWORK_FIELDS = ('algorithm', 'network', 'core_size', 'separate_critic',
-                  'core', 'lstm_init', 'torso_grad_scale', 'torso_activation',
-                  'torso_norm')
+                  'core', 'torso_norm')
 # Keys of run.json's env_options that `env_options_from_flags` sets, each
 # from the flag of that name. Given with other values (or with --env), they
 # pick another env, allowed when its spaces are the same.
@@ -178,10 +179,18 @@ def keep_run_settings(f) -> None:
   family defaults does not change a run in progress. A run.json written
   before runs recorded them gets a warning naming the values used now.
   Call it before `validate`, so that the values kept are checked against
-  the flags given."""
+  the flags given.
+
+  Raises:
+    CheckpointError: the run.json is unreadable, holds a value of the wrong
+      type, or names a setting this version no longer has at another value
+      (`run_config.check_removed_settings`).
+  """
   if f.mode != 'train':
     return
   saved = checkpoint_lib.read_run_identity(f.logdir)
+  run_config_lib.check_removed_settings(
+      saved, os.path.join(f.logdir, checkpoint_lib.RUN_FILE))
   if saved is None or saved.get('env', f.env) != f.env:
     return  # A new run, or another env: refused with the identity check.
   keep_seed(f, saved)
@@ -243,8 +252,9 @@ def read_run_settings(f) -> Optional[RunSettings]:
 
   Raises:
     app.UsageError: a flag contradicts the run's network.
-    CheckpointError: test mode without a run to test, or an unreadable
-      run.json.
+    CheckpointError: test mode without a run to test, an unreadable
+      run.json, or one that names a setting this version no longer has at
+      another value (`run_config.check_removed_settings`).
   """
   source = settings_source(f)
   if source is None:
@@ -258,6 +268,7 @@ def read_run_settings(f) -> Optional[RunSettings]:
   saved = checkpoint_lib.read_run_identity(source)
   run_dir = checkpoint_lib.run_directory(source)
   path = os.path.join(run_dir, checkpoint_lib.RUN_FILE)
+  run_config_lib.check_removed_settings(saved, path)
   if saved is not None:
     return adopt_run_settings(f, saved, run_dir)
   if f.mode == 'test' and not checkpoint_lib.find_checkpoints(source):

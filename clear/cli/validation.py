@@ -69,10 +69,7 @@ def _impala_problems(f):
     problems.append('--rmsprop_initial_mean_square must be >= 0.')
   if not (math.isfinite(f.rmsprop_epsilon) and f.rmsprop_epsilon > 0):
     problems.append('--rmsprop_epsilon must be a finite number > 0.')
-  if f.rmsprop_fan_in_reference < 0:
-    problems.append('--rmsprop_fan_in_reference must be >= 0.')
-  for name in ('rmsprop_initial_mean_square', 'rmsprop_epsilon',
-               'rmsprop_epsilon_outside', 'rmsprop_fan_in_reference'):
+  for name in ('rmsprop_initial_mean_square', 'rmsprop_epsilon'):
     if f[name].present and defaults.family_default(f, 'optimizer') != 'rmsprop':
       problems.append(f'--{name} needs --optimizer=rmsprop.')
   return problems + _continual_problems(f)
@@ -199,9 +196,6 @@ def validate(f) -> None:
     problems.append(f'--unroll_length must be >= 1 (got {f.unroll_length}).')
   if f.batch_size is not None and f.batch_size < 1:
     problems.append(f'--batch_size must be >= 1 (got {f.batch_size}).')
-  if not (math.isfinite(f.torso_grad_scale) and f.torso_grad_scale >= 0):
-    problems.append(f'--torso_grad_scale must be a finite number >= 0 (got '
-                    f'{f.torso_grad_scale}).')
   if f.core_size is not None and (
       f.core_size < 0 or f.core_size == 0 and f.algorithm != 'impala'):
     problems.append(f'--core_size must be >= 1, or 0 (feed-forward) with '

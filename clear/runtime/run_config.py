@@ -5,11 +5,13 @@ and the task schedule of a sequence.
 hyperparameters (`clear.train` makes it from the flags). `run_identity` is
 what a checkpoint must have been made for to be resumed by a config, and
 `run_settings` what a resume may change; `clear.checkpoint` writes both to
-run.json and checks them.
+run.json and checks them. `check_removed_settings` refuses a run.json that
+names a setting of an earlier version at a value this one cannot run.
 """
 
-from typing import Dict, NamedTuple, Optional
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
+from clear import checkpoint as checkpoint_lib
 from clear.algorithms import policy as policy_lib
 from clear.algorithms.impala import config as impala_config
 from clear.continual import methods as continual_methods
@@ -130,6 +132,59 @@ def run_identity(config: RunConfig):
                     num_task_cycles=config.num_task_cycles)
   identity.update(continual_methods.identity(config.learner_config))
   return identity
+
+
+# Settings of earlier versions of clear that this one no longer has, each
+# with the value every run had unless it was set: a run.json records them
+# (in its identity, or in its record of the flags) at that value, which is
+# how this version runs.
+REMOVED_SETTINGS = {'lstm_init': 'fan_in', 'torso_grad_scale': 1.0,
+                    'torso_activation': 'relu',
+                    'rmsprop_epsilon_outside': False,
+                    'rmsprop_fan_in_reference': 0}
+# Values of settings this version has that it no longer takes.
+REMOVED_VALUES = {'torso_norm': ('layer_norm_all',)}
+# The last commit of clear that runs every removed setting and value.
+LAST_COMMIT_WITH_REMOVED = 'dfafcdd'
+
+
+def removed_settings(values: Dict[str, object]) -> List[Tuple[str, object]]:
+  """(name, value) of each setting in `values` (a run.json's identity or
+  record of the flags, by name) that this version cannot run: a
+  `REMOVED_SETTINGS` one at another value than its own, or a
+  `REMOVED_VALUES` value."""
+  return [(name, value) for name, value in values.items()
+          if (name in REMOVED_SETTINGS and value != REMOVED_SETTINGS[name])
+          or value in REMOVED_VALUES.get(name, ())]
+
+
+def check_removed_settings(saved: Optional[Dict[str, object]], path: str):
+  """Refuses a run.json (`saved`, read from `path`; None: there is none)
+  whose identity or record of the flags names a setting this version no
+  longer has at another value than the one it runs (`removed_settings`).
+
+  Raises:
+    CheckpointError: naming each such setting, its value, and the commit
+      of clear that last ran it.
+  """
+  if saved is None:
+    return
+  found = dict(removed_settings(saved))
+  flags = saved.get('flags')
+  if isinstance(flags, dict):
+    for name, value in removed_settings(flags):
+      found.setdefault(name, value)
+  if not found:
+    return
+  described = '; '.join(
+      f'{name}={value!r} (this version no longer has {name}: it always runs '
+      f'as with {name}={REMOVED_SETTINGS[name]!r})' if name in REMOVED_SETTINGS
+      else f'{name}={value!r} (this version no longer has that value of '
+      f'{name})' for name, value in found.items())
+  raise checkpoint_lib.CheckpointError(
+      f'{path}: the run was made with {described}. Use it with clear at '
+      f'commit {LAST_COMMIT_WITH_REMOVED} or earlier, the last version that '
+      f'has {"it" if len(found) == 1 else "them"}.')
 
 
 # Learner settings a run records in its run.json (see `run_settings`).

@@ -102,6 +102,9 @@ class _Run:
     self.accepted = False
     spec = run_config_lib.env_spec(config)
     self.schedule = run_config_lib.task_schedule(config)
+    run_config_lib.check_removed_settings(
+        checkpoint_lib.read_run_identity(config.logdir),
+        os.path.join(config.logdir, checkpoint_lib.RUN_FILE))
     lc = continual_methods.learner_config(config, self.schedule)
     saved_identity = checkpoint_lib.verify_run_identity(
         config.logdir, run_config_lib.run_identity(config))

@@ -58,20 +58,6 @@ class LearnerConfig(NamedTuple):
       which under the root would slow every weight with small gradients
       and hold the LSTM's
       kernels to a few percent of the normalised step).
-    rmsprop_epsilon_outside: where RMSProp's epsilon goes. False: under the
-      square root, lr g / sqrt(ms + epsilon), as TF1 (IMPALA) and Sonnet;
-      True: after it, lr g / (sqrt(ms) + epsilon), as PyTorch (TorchBeast).
-      At epsilon 0.01 a weight whose gradients are much smaller than 0.1
-      then moves up to 10 times further per step.
-    rmsprop_fan_in_reference: 0, or a fan-in N above which RMSProp slows a
-      kernel down: a kernel (rank >= 2) with fan-in F > N (the product of
-      all its dimensions but the last) moves at lr N / F, biases and smaller
-      kernels at lr (see `optimizers.fan_in_scale`). RMSProp moves every weight
-      by about lr per update whatever its gradient's scale, so a unit's
-      pre-activation moves by up to lr times the sum of its F inputs: a
-      wide layer (the shallow torso's linear layer, F = 3,872 against 256
-      to 263 for every other kernel) moves its units an order of magnitude
-      further per update than the rest.
     rmsprop_initial_mean_square: where RMSProp's running mean of squared
       gradients starts: 1 as in TF1's `RMSPropOptimizer`, which IMPALA
       used; 0 as in Sonnet's.
@@ -122,8 +108,6 @@ class LearnerConfig(NamedTuple):
   rmsprop_momentum: float = 0.0
   rmsprop_epsilon: float = 1e-5
   rmsprop_initial_mean_square: float = 1.0
-  rmsprop_epsilon_outside: bool = False
-  rmsprop_fan_in_reference: int = 0
   fixed_step_mul: bool = True
   step_mul: int = 1
   jit_compile: bool = False
@@ -170,9 +154,6 @@ def validate_config(config: LearnerConfig):
                      f'{config.optimizer!r}.')
   if config.step_mul < 1:
     raise ValueError(f'step_mul must be >= 1, got {config.step_mul}.')
-  if config.rmsprop_fan_in_reference < 0:
-    raise ValueError('rmsprop_fan_in_reference must be >= 0, got '
-                     f'{config.rmsprop_fan_in_reference}.')
   if config.rmsprop_initial_mean_square < 0:
     raise ValueError('rmsprop_initial_mean_square must be >= 0, got '
                      f'{config.rmsprop_initial_mean_square}.')

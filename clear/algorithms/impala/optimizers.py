@@ -1,12 +1,10 @@
 """The IMPALA-CLEAR learner's optimizers: Adam, or RMSProp as IMPALA ran it.
 
 `make_optimizer` builds the one a `LearnerConfig` names. `RMSProp` is
-Sonnet's with the mean squares starting where TF1's did (and two options:
-epsilon outside the root, a learning rate scaled down by fan-in);
-`create_slots` makes an optimizer's slots before its update graph is traced.
+Sonnet's with the mean squares starting where TF1's did; `create_slots`
+makes an optimizer's slots before its update graph is traced.
 """
 
-import math
 from typing import Sequence
 
 import sonnet as snt
@@ -15,63 +13,20 @@ import tensorflow as tf
 from clear.algorithms.impala import config as config_lib
 
 
-def fan_in_scale(shape, reference: int) -> float:
-  """min(1, reference / fan-in) for a kernel of `shape`, 1 otherwise.
-
-  The fan-in is the product of all dimensions but the last (`[in, out]`
-  matrices, `[h, w, in, out]` convolutions); a vector (a bias) and a
-  `reference` of 0 give 1.
-  """
-  if reference <= 0 or len(shape) < 2:
-    return 1.0
-  fan_in = math.prod(shape[:-1])
-  return min(1.0, reference / fan_in)
-
-
 class RMSProp(snt.optimizers.RMSProp):
   """Sonnet's RMSProp with the mean squares starting at `initial_mean_square`.
 
   Sonnet starts them at 0; TF1's `RMSPropOptimizer`, which IMPALA used,
   at 1. The slots are created on the first `apply`, as in Sonnet, so a
-  checkpoint restored earlier fills them (delayed restoration). With
-  `epsilon_outside` the update is lr g / (sqrt(ms) + epsilon), PyTorch's
-  form, instead of lr g / sqrt(ms + epsilon) (the slots are the same).
-  With `fan_in_reference` N > 0 each parameter's learning rate is
-  lr x `fan_in_scale(shape, N)`.
+  checkpoint restored earlier fills them (delayed restoration). The update
+  is Sonnet's, lr g / sqrt(ms + epsilon) (epsilon under the root, as TF1).
   """
 
   def __init__(self, learning_rate, decay, momentum, epsilon,
-               initial_mean_square: float, epsilon_outside: bool = False,
-               fan_in_reference: int = 0, name: str = 'rms_prop'):
+               initial_mean_square: float, name: str = 'rms_prop'):
     super().__init__(learning_rate, decay=decay, momentum=momentum,
                      epsilon=epsilon, name=name)
     self._initial_mean_square = float(initial_mean_square)
-    self._epsilon_outside = bool(epsilon_outside)
-    self._fan_in_reference = int(fan_in_reference)
-
-  def apply(self, updates, parameters):
-    if not self._epsilon_outside and not self._fan_in_reference:
-      return super().apply(updates, parameters)
-    self._initialize(parameters)
-    for update, parameter, mom_var, ms_var in zip(updates, parameters,
-                                                  self.mom, self.ms):
-      if update is None:
-        continue
-      update = tf.convert_to_tensor(update)  # IndexedSlices -> dense.
-      dtype = update.dtype
-      decay = tf.cast(self.decay, dtype)
-      epsilon = tf.cast(self.epsilon, dtype)
-      ms = tf.square(update) * (1. - decay) + ms_var * decay
-      if self._epsilon_outside:
-        normalised = update / (tf.sqrt(ms) + epsilon)
-      else:
-        normalised = update * tf.math.rsqrt(ms + epsilon)
-      scale = fan_in_scale(parameter.shape.as_list(), self._fan_in_reference)
-      mom = (tf.cast(self.momentum, dtype) * mom_var +
-             tf.cast(self.learning_rate, dtype) * scale * normalised)
-      parameter.assign_sub(mom)
-      mom_var.assign(mom)
-      ms_var.assign(ms)
 
   def _initialize(self, parameters: Sequence[tf.Variable]):
     if self.mom:
@@ -95,9 +50,7 @@ def make_optimizer(config: config_lib.LearnerConfig,
   return RMSProp(learning_rate, decay=config.rmsprop_decay,
                  momentum=config.rmsprop_momentum,
                  epsilon=config.rmsprop_epsilon,
-                 initial_mean_square=config.rmsprop_initial_mean_square,
-                 epsilon_outside=config.rmsprop_epsilon_outside,
-                 fan_in_reference=config.rmsprop_fan_in_reference)
+                 initial_mean_square=config.rmsprop_initial_mean_square)
 
 
 def create_slots(optimizer, variables_fn, graph):

@@ -55,11 +55,6 @@ class ImpalaPolicy(policy_lib.Policy):
                                    core_size=agent_config.core_size,
                                    separate_critic=agent_config.separate_critic,
                                    seed=seed, core=agent_config.core,
-                                   lstm_init=agent_config.lstm_init,
-                                   torso_grad_scale=(
-                                       agent_config.torso_grad_scale),
-                                   torso_activation=(
-                                       agent_config.torso_activation),
                                    torso_norm=agent_config.torso_norm)
     # make_agent built the weights. The agent's maths has no Python control
     # flow on tensors, so AutoGraph has nothing to convert.

@@ -52,9 +52,6 @@ def make_agent(spec, agent_config: policy_lib.AgentConfig,
       spec, seed=seed, network=agent_config.network,
       core_size=agent_config.core_size,
       separate_critic=agent_config.separate_critic, core=agent_config.core,
-      lstm_init=agent_config.lstm_init,
-      torso_grad_scale=agent_config.torso_grad_scale,
-      torso_activation=agent_config.torso_activation,
       torso_norm=agent_config.torso_norm)
 
 
