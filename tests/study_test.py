@@ -263,6 +263,49 @@ def test_a_study_runs_in_parallel_marks_a_bad_method_failed_and_reports(
   assert (tmp_path / 'out' / 'figure.png').stat().st_size > 0
 
 
+def test_a_run_stopped_while_it_starts_up_stops_too(tmp_path):
+  # The study runs in the background (SIGINT ignored, as a shell starts a
+  # background job) and is stopped the moment its run starts, while the
+  # run's Python still imports: the run must not inherit the ignored SIGINT
+  # and train on (its 20M frames would take an hour).
+  path = write_study(tmp_path, study_text(
+      10_000_000, {'a': ['--replay_proportion=0']}, seeds='[0]'))
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='2')
+  process = subprocess.Popen(
+      study_command('run', path, '--parallel=1'), cwd=str(tmp_path), env=env,
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+  lines = []
+  for line in process.stdout:
+    lines.append(line)
+    if 'a_s0: started' in line:
+      break
+  # The run's process has started: its Python is loading TensorFlow.
+  deadline = time.time() + 120
+  while time.time() < deadline:
+    try:
+      if '=== clear.study: a_s0 starts' in log_text(tmp_path, 'a_s0'):
+        break
+    except FileNotFoundError:
+      pass
+    time.sleep(0.05)
+  process.send_signal(signal.SIGTERM)
+  sent = time.time()
+  rest, _ = process.communicate(timeout=300)
+  output = ''.join(lines) + rest
+  assert process.returncode == 130, output
+  assert time.time() - sent < 120, output
+  log = log_text(tmp_path, 'a_s0')
+  if 'Interrupted before the run started' in log:
+    assert 'a_s0: stopped before it started, nothing written' in output
+  else:  # It got past its imports first, and wrote its checkpoint.
+    assert 'Signal 2: stopping' in log, log[-3000:]
+    assert 'a_s0: stopped with its final checkpoint' in output
+  logdir = f'--logdir={tmp_path / "runs" / "a_s0"}'
+  assert not [p for p in psutil.process_iter(['cmdline'])
+              if logdir in (p.info['cmdline'] or [])]
+
+
 def test_a_study_stopped_with_sigint_continues_where_it_stopped(tmp_path):
   path = write_study(tmp_path, study_text(
       15_000, {'a': ['--replay_proportion=0']}, seeds='[0, 1, 2]'))

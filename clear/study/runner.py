@@ -53,10 +53,17 @@ def run_command(run: spec_lib.Run, extra: Sequence[str] = ()) -> List[str]:
   return [sys.executable, '-m', 'clear.train', *run.flags, *extra]
 
 
-def _die_with_parent():
-  """In the child, before exec: SIGKILL when the task's worker dies."""
+def _prepare_child():
+  """In the child, before exec: SIGKILL when the task's worker dies, and
+  SIGINT unblocked and at its default, so a run stopped while it starts up
+  stops then (a Ray worker blocks SIGINT, and a study started in the
+  background ignores it; a child would inherit either)."""
+  signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
   try:
     libc = ctypes.CDLL(None, use_errno=True)
+    libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal(signal.SIGINT, None)  # SIG_DFL.
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
   except (OSError, AttributeError):
     pass  # Not Linux: the process outlives a lost worker.
@@ -97,7 +104,7 @@ def play_run(run: spec_lib.Run, extra: Sequence[str], cwd: str,
     process = subprocess.Popen(
         command, stdin=subprocess.DEVNULL, stdout=log,
         stderr=subprocess.STDOUT, cwd=cwd if os.path.isdir(cwd) else '/',
-        start_new_session=True, preexec_fn=_die_with_parent)
+        start_new_session=True, preexec_fn=_prepare_child)
     interrupted = False
     while True:
       try:
@@ -288,7 +295,9 @@ def _collect(ray, ref, run, failed, say):
     say(f'{run.label}: finished')
     keep_finished(run, say)
   elif code in state_lib.STOPPED_EXITS:
-    say(f'{run.label}: stopped with its final checkpoint')
+    say(f'{run.label}: stopped before it started, nothing written'
+        if state_lib.stopped_before_start(run) else
+        f'{run.label}: stopped with its final checkpoint')
   elif code != NOT_STARTED:
     failed.append(run)
     error = state_lib.status(run, with_progress=False).error

@@ -76,6 +76,12 @@ def _tail(path: str, size: int = 65536) -> str:
     return ''
 
 
+def stopped_before_start(run: spec_lib.Run) -> bool:
+  """Whether the run's last process was interrupted before its run
+  started (it then wrote nothing)."""
+  return 'Interrupted before the run started' in _tail(log_path(run), 1024)
+
+
 def record_exit(run: spec_lib.Run, code: int, started: float):
   """Writes how the run's process ended (atomically)."""
   os.makedirs(state_dir(run), exist_ok=True)
