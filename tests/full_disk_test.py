@@ -248,6 +248,7 @@ def read_until(process, pattern, timeout=120):
   raise AssertionError('process ended early:\n' + ''.join(lines[-30:]))
 
 
+@pytest.mark.slow  # Two runs of the binary: run by .ci/run's slow step.
 def test_a_full_disk_while_checkpointing_stops_the_run_and_loses_nothing(
     small_disk):
   disk = small_disk(64 * MB)

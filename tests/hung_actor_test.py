@@ -106,6 +106,7 @@ def stop_and_check_final_checkpoint(process, output, logdir):
   return text
 
 
+@pytest.mark.slow  # About 30 s on 2 cores: run by .ci/run's slow step.
 def test_a_stopped_local_actor_is_replaced_and_sigterm_still_checkpoints(
     tmp_path):
   logdir = str(tmp_path)

@@ -705,7 +705,7 @@ def test_trains_through_the_run_loop(tmp_path, eager):
       logdir=str(tmp_path), num_actors=1, envs_per_actor=4,
       backend='inline', log_interval_s=0.0, checkpoint_interval_s=3600.0)
   result = run_loop.train(config, max_updates=3)
-  assert result.num_steps == 3 and result.num_env_frames == 3 * 24
+  assert result.num_updates == 3 and result.num_env_frames == 3 * 24
   tags = set()
   for path in glob.glob(os.path.join(str(tmp_path), 'events.out.tfevents*')):
     for event in tf.compat.v1.train.summary_iterator(path):
@@ -714,4 +714,4 @@ def test_trains_through_the_run_loop(tmp_path, eager):
           'learning_rate/policy', 'learning_rate/value'} <= tags
   # Running it again resumes from the checkpoint.
   resumed = run_loop.train(config, max_updates=1)
-  assert resumed.num_steps == 4
+  assert resumed.num_updates == 4
