@@ -350,7 +350,8 @@ def _schedule(ray, todo, extra, parallel, cpus, gpus, progress_interval_s,
           'previous one.')
     return 130
   if failed:
-    say(f'{len(failed)} run(s) failed: {", ".join(r.label for r in failed)}; '
+    labels = [r.label for r in todo if r in failed]  # In the study's order.
+    say(f'{len(failed)} run(s) failed: {", ".join(labels)}; '
         '`clear.study status` shows why, and `run` tries them again.')
     return 1
   say('Every run finished.')
