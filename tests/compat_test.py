@@ -421,3 +421,46 @@ def test_a_run_json_with_a_removed_setting_at_another_value_is_refused(
     assert files_of(str(tmp_path / name)) == before[name], name
   assert not os.path.exists(tmp_path / 'new_run')
   assert not os.path.exists(tmp_path / 'flagfile_run')
+
+
+# Sequence runs of the continual methods, made before the methods became
+# modules (tests/testdata/logdirs_methods/README.md): the flags each was
+# made with, and what its resume must give.
+METHOD_FIXTURES = os.path.join(ROOT, 'tests', 'testdata', 'logdirs_methods')
+METHOD_SEQUENCE = ('--env=gym:CartPole-v1,gym:Acrobot-v1',
+                   '--algorithm=impala', '--frames_per_task=1500',
+                   '--core_size=0', '--replay_buffer_size=40',
+                   '--eval_episodes=2', '--eval_max_steps=100',
+                   '--ewc_fisher_frames=400', '--ewc_fisher_batches=2')
+METHOD_RUNS = {
+    'ewc_sequence': ('--continual_method=ewc',),
+    'pnc_sequence': ('--continual_method=pnc', '--noseparate_critic'),
+}
+
+
+def test_every_method_fixture_is_tested():
+  assert sorted(os.listdir(METHOD_FIXTURES)) == sorted(
+      ['README.md', 'resumed', *METHOD_RUNS])
+  assert sorted(os.listdir(os.path.join(METHOD_FIXTURES, 'resumed'))) == (
+      sorted(f'{name}.npz' for name in METHOD_RUNS))
+
+
+@pytest.mark.parametrize('name', sorted(METHOD_RUNS))
+def test_a_method_run_of_an_earlier_version_resumes_bit_for_bit(name,
+                                                                 tmp_path):
+  # Restored and saved again unchanged; then two updates give the weights,
+  # the method's state (anchors, Fishers, merged penalty, boundary count)
+  # and the counters the earlier version gave from the same checkpoint.
+  logdir = str(tmp_path / name)
+  shutil.copytree(os.path.join(METHOD_FIXTURES, name), logdir)
+  saved = checkpoint_values(os.path.join(logdir, 'checkpoints', 'ckpt-1'))
+  config = config_from(logdir, *METHOD_SEQUENCE, *METHOD_RUNS[name])
+  assert run_loop.train(config, stop_requested=lambda: True).stopped_early
+  assert_same(saved, checkpoint_values(
+      os.path.join(logdir, 'checkpoints', 'ckpt-2')), 'checkpoint values')
+  run_loop.train(config, max_updates=2)
+  after = checkpoint_values(os.path.join(logdir, 'checkpoints', 'ckpt-3'))
+  with np.load(os.path.join(METHOD_FIXTURES, 'resumed', f'{name}.npz')) as f:
+    expected = {key.replace('|', '/'): f[key] for key in f.files}
+  assert set(expected) <= set(after), sorted(set(expected) - set(after))
+  assert_same(expected, {k: after[k] for k in expected}, 'resumed values')
