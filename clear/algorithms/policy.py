@@ -250,15 +250,14 @@ class Policy(abc.ABC):
     arrive from the actors of the task being trained; default: nothing."""
     del unrolls
 
-  def end_task(self, segment: int, task: int,
-               task_name: str) -> Dict[str, float]:
-    """The run trains segment `segment` of a task sequence: the segment
-    before it, of task `task` (an index among the sequence's distinct tasks,
-    named `task_name`), has ended. Called before the actors play the next
-    task, and again after a resume: a policy acts once per segment.
+  def consolidate(self, ended) -> Dict[str, float]:
+    """The period `ended` (a `clear.continual.clock.Period`: a segment of
+    the task sequence, or an interval under hidden boundaries) is over.
+    Called before the actors play on, and again after a resume: a policy
+    acts once per period. Default: nothing.
 
     Returns:
       Scalars to summarise under `continual/` (empty: nothing done).
     """
-    del segment, task, task_name
+    del ended
     return {}

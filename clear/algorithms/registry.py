@@ -52,11 +52,22 @@ ALGORITHMS = {
 def make_policy(algorithm: str, spec: types.EnvSpec,
                 agent_config: policy_lib.AgentConfig,
                 learner_config: Optional[NamedTuple] = None,
-                seed: int = 0) -> policy_lib.Policy:
+                seed: int = 0, method=None) -> policy_lib.Policy:
   """Builds the named algorithm's policy (acting-only without a config).
 
+  Args:
+    algorithm: an `ALGORITHMS` name.
+    spec: the env spec.
+    agent_config: the networks.
+    learner_config: the algorithm's config, or None for an acting-only copy.
+    seed: the policy's seed.
+    method: IMPALA's continual-learning method
+      (`clear.continual.methods.base.Method`), or None; it may choose the
+      policy class.
+
   Raises:
-    ValueError: an unknown algorithm, or a config of another algorithm.
+    ValueError: an unknown algorithm, a config of another algorithm, or a
+      method with another algorithm.
   """
   if algorithm not in ALGORITHMS:
     raise ValueError(f'Unknown algorithm {algorithm!r}; available: '
@@ -68,8 +79,12 @@ def make_policy(algorithm: str, spec: types.EnvSpec,
                      f'{entry.config.__name__}, got '
                      f'{type(learner_config).__name__}.')
   policy = entry.policy
-  if algorithm == 'impala' and (
-      agent_config.pnc_columns or
-      getattr(learner_config, 'continual_method', 'none') == 'pnc'):
-    policy = pnc.PncPolicy  # Progress & Compress's two columns.
+  if method is not None:
+    if algorithm != 'impala':
+      raise ValueError(f'continual_method={method.NAME!r} needs '
+                       f'--algorithm=impala, not {algorithm}.')
+    return method.policy_class(policy)(spec, agent_config, learner_config,
+                                       seed=seed, method=method)
+  if algorithm == 'impala' and agent_config.pnc_columns:
+    policy = pnc.PncPolicy  # The actors' copy of Progress & Compress.
   return policy(spec, agent_config, learner_config, seed=seed)

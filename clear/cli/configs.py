@@ -11,6 +11,7 @@ from clear.algorithms import registry
 from clear.algorithms.impala import config as impala_config
 from clear.cli import defaults
 from clear.cli import flags as cli_flags
+from clear.continual import methods as continual_methods
 from clear.replay import buffer as replay_lib
 from clear.runtime import run_config as run_config_lib
 
@@ -116,18 +117,10 @@ def config_from_flags(f) -> run_config_lib.RunConfig:
         rmsprop_epsilon=f.rmsprop_epsilon,
         fixed_step_mul=f.fixed_step_mul,
         step_mul=env_options.get('step_mul', 1),
-        jit_compile=f.jit_compile, continual_method=f.continual_method,
-        ewc_lambda=f.ewc_lambda, ewc_gamma=f.ewc_gamma,
-        ewc_fisher_batches=f.ewc_fisher_batches,
-        ewc_fisher_frames=f.ewc_fisher_frames,
-        pnc_progress_fraction=f.pnc_progress_fraction,
-        pnc_reset_active_column=f.pnc_reset_active_column)
-  core_size = defaults.family_default(f, 'core_size')
+        jit_compile=f.jit_compile)
   return run_config_lib.RunConfig(
       env_name=f.env, env_options=env_options, algorithm=f.algorithm,
-      agent_config=policy_lib.AgentConfig(
-          f.network, core_size, f.separate_critic, core=f.core,
-          torso_norm=torso_norm(f)),
+      agent_config=agent_config(f),
       learner_config=learner_config, logdir=f.logdir, seed=f.seed,
       num_actors=f.num_actors,
       envs_per_actor=envs_per_actor(f, learner_config),
@@ -148,4 +141,19 @@ def config_from_flags(f) -> run_config_lib.RunConfig:
       num_task_cycles=f.num_task_cycles,
       eval_interval_frames=f.eval_interval_frames,
       eval_episodes=f.eval_episodes, eval_max_steps=f.eval_max_steps,
-      evaluator=f.evaluator, flags=recorded_flags(f))
+      evaluator=f.evaluator, continual=continual_config(f),
+      flags=recorded_flags(f))
+
+
+def agent_config(f) -> policy_lib.AgentConfig:
+  """The networks the flags choose."""
+  return policy_lib.AgentConfig(
+      f.network, defaults.family_default(f, 'core_size'), f.separate_critic,
+      core=f.core, torso_norm=torso_norm(f))
+
+
+def continual_config(f) -> continual_methods.ContinualConfig:
+  """The continual-learning method the flags choose, with its settings."""
+  return continual_methods.make_config(
+      f.continual_method, f.task_boundaries, f.consolidation_interval_frames,
+      **{name: f[name].value for name in continual_methods.all_settings()})

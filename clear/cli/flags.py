@@ -199,44 +199,41 @@ flags.DEFINE_float('value_cloning_cost', 0.005,
                    'Weight of the CLEAR value-cloning loss.')
 
 FLAG_GROUPS.heading('Continual-learning methods (impala)')
-_LEARNER_DEFAULTS = impala_config.LearnerConfig._field_defaults
 flags.DEFINE_enum('continual_method', 'none',
                   list(continual_methods.CONTINUAL_METHODS),
-                  'With a sequence --env: ewc keeps, for every task trained, '
-                  'its final weights (anchor) and the diagonal Fisher of its '
-                  'policy-gradient and baseline loss, and adds lambda/2 sum '
-                  'F (theta - anchor)^2 to the loss (loss/ewc); online_ewc '
-                  'keeps one anchor, the latest, and one running Fisher, '
-                  'decayed by --ewc_gamma at each task switch. Both combine '
-                  'with CLEAR replay. pnc is Progress & Compress: an active '
-                  'column with lateral connections from a knowledge base '
-                  'learns each task (progress), then the knowledge base '
-                  'distils it (KL, loss/distillation) under online EWC '
-                  '(--ewc_* flags, loss/ewc) for the rest of the visit '
-                  '(compress); the knowledge base plays in evaluation.')
-flags.DEFINE_float('ewc_lambda', _LEARNER_DEFAULTS['ewc_lambda'],
-                   'lambda, the weight of the EWC penalty.')
-flags.DEFINE_float('ewc_gamma', _LEARNER_DEFAULTS['ewc_gamma'],
-                   'online_ewc: the running Fisher becomes gamma F + the new '
-                   "task's at each switch (in (0, 1]).")
-flags.DEFINE_integer('ewc_fisher_batches',
-                     _LEARNER_DEFAULTS['ewc_fisher_batches'],
-                     'Batches of --batch_size unrolls of the finished task '
-                     'its Fisher is the mean squared gradient over.')
-flags.DEFINE_integer('ewc_fisher_frames',
-                     _LEARNER_DEFAULTS['ewc_fisher_frames'],
-                     "Frames of the current task's latest unrolls kept "
-                     '(in memory, and beside each checkpoint) to draw those '
-                     'batches from.')
-flags.DEFINE_float('pnc_progress_fraction',
-                   _LEARNER_DEFAULTS['pnc_progress_fraction'],
-                   'pnc: the share of each visit of a task in the progress '
-                   'phase, the rest compresses (in (0, 1); half and half as '
-                   'in Progress & Compress).')
-flags.DEFINE_bool('pnc_reset_active_column',
-                  _LEARNER_DEFAULTS['pnc_reset_active_column'],
-                  'pnc: re-initialise the active column (and its lateral '
-                  'adaptors) at each task switch.')
+                  'With a sequence --env, consolidate at the end of each '
+                  'period (a task, or --consolidation_interval_frames with '
+                  '--task_boundaries=hidden): ewc keeps, for every period '
+                  "(task) trained, its final weights (anchor) and the "
+                  'diagonal Fisher of its policy-gradient and baseline loss, '
+                  'and adds lambda/2 sum F (theta - anchor)^2 to the loss '
+                  '(loss/ewc); online_ewc keeps one anchor, the latest, and '
+                  'one running Fisher, decayed by --ewc_gamma at each '
+                  'consolidation; l2 adds lambda/2 sum (theta - anchor)^2 '
+                  'toward the latest anchor (loss/l2). All combine with CLEAR '
+                  'replay. pnc is Progress & Compress: an active column with '
+                  'lateral connections from a knowledge base learns '
+                  '(progress), then the knowledge base distils it (KL, '
+                  'loss/distillation) under online EWC (--ewc_* flags, '
+                  'loss/ewc) for the rest of the period (compress); the '
+                  'knowledge base plays in evaluation.')
+flags.DEFINE_enum('task_boundaries', 'given',
+                  list(continual_methods.TASK_BOUNDARIES),
+                  'given: a method consolidates at each task switch; hidden: '
+                  'it is told nothing of the switches and consolidates every '
+                  '--consolidation_interval_frames (evaluation and the '
+                  'metrics still know the tasks).')
+flags.DEFINE_integer(
+    'consolidation_interval_frames',
+    continual_methods.DEFAULT_CONSOLIDATION_INTERVAL_FRAMES,
+    'With --task_boundaries=hidden: frames between consolidations (the '
+    'default comes from the methods, not the schedule: '
+    'docs/continual.md#hidden-task-boundaries).')
+_METHOD_FLAG_TYPES = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer,
+                      float: flags.DEFINE_float, str: flags.DEFINE_string}
+for _setting in continual_methods.all_settings().values():
+  _METHOD_FLAG_TYPES[type(_setting.default)](_setting.name, _setting.default,
+                                             _setting.help)
 
 FLAG_GROUPS.heading('Task sequences, evaluation and test mode')
 flags.DEFINE_integer('frames_per_task', 0,
@@ -307,11 +304,8 @@ SHARED_FIELDS = ('batch_size', 'num_replay', 'unroll_length',
                  'discounting', 'reward_scaling', 'reward_clipping',
                  'learning_rate', 'clip_grad_norm', 'entropy_cost',
                  'jit_compile')
-# The flags of --continual_method=ewc / online_ewc.
-EWC_FLAGS = ('ewc_lambda', 'ewc_gamma', 'ewc_fisher_batches',
-             'ewc_fisher_frames')
-# The flags of --continual_method=pnc alone.
-PNC_FLAGS = ('pnc_progress_fraction', 'pnc_reset_active_column')
+# The flags of the continual-learning methods' settings.
+METHOD_FLAGS = tuple(continual_methods.all_settings())
 # Flags that only IMPALA-CLEAR reads.
 IMPALA_ONLY_FLAGS = ('discount_per', 'replay_proportion', 'replay_buffer_size',
                      'replay_sampling', 'replay_storage',
@@ -321,7 +315,8 @@ IMPALA_ONLY_FLAGS = ('discount_per', 'replay_proportion', 'replay_buffer_size',
                      'entropy_cost_end', 'rmsprop_initial_mean_square',
                      'rmsprop_epsilon', 'num_critic_pretrain_frames',
                      'separate_critic', 'core', 'torso_norm',
-                     'continual_method') + EWC_FLAGS + PNC_FLAGS
+                     'continual_method', 'task_boundaries',
+                     'consolidation_interval_frames') + METHOD_FLAGS
 
 
 def _field_help(entry, field: str) -> str:

@@ -16,6 +16,7 @@ from clear.algorithms import registry
 from clear.cli import configs
 from clear.cli import defaults
 from clear.cli import flags as cli_flags
+from clear.continual import methods as continual_methods
 from clear.replay import buffer as replay_lib
 from clear.runtime import record as record_lib
 
@@ -76,36 +77,35 @@ def _impala_problems(f):
 
 
 def _continual_problems(f):
-  """What is wrong with --continual_method and its flags."""
+  """What is wrong with --continual_method, its settings' flags and the
+  task boundaries."""
   method = f.continual_method
-  problems = [f'--{name} needs --continual_method=pnc.'
-              for name in cli_flags.PNC_FLAGS
-              if f[name].present and method != 'pnc']
+  problems = []
+  for name in cli_flags.METHOD_FLAGS:
+    users = continual_methods.users_of(name)
+    if name == 'ewc_gamma':  # Offline EWC records it but never uses it.
+      users = [user for user in users if user != 'ewc']
+    if f[name].present and method not in users:
+      problems.append(f'--{name} needs --continual_method='
+                      f'{" or ".join(users)}.')
+  for name in ('task_boundaries', 'consolidation_interval_frames'):
+    if f[name].present and method == 'none':
+      problems.append(f'--{name} needs a --continual_method.')
+  if f['consolidation_interval_frames'].present and (
+      f.task_boundaries != 'hidden'):
+    problems.append('--consolidation_interval_frames needs '
+                    '--task_boundaries=hidden.')
+  if f.consolidation_interval_frames < 1:
+    problems.append('--consolidation_interval_frames must be >= 1 (got '
+                    f'{f.consolidation_interval_frames}).')
   if method == 'none':
-    return [f'--{name} needs --continual_method=ewc or online_ewc (or pnc).'
-            for name in cli_flags.EWC_FLAGS if f[name].present] + problems
+    return problems
   if ',' not in f.env:
     problems.append(f'--continual_method={method} needs a task sequence '
                     '--env (comma-separated tasks).')
-  if not (math.isfinite(f.ewc_lambda) and f.ewc_lambda >= 0):
-    problems.append(f'--ewc_lambda must be a finite number >= 0 (got '
-                    f'{f.ewc_lambda}).')
-  if not 0 < f.ewc_gamma <= 1:
-    problems.append(f'--ewc_gamma must be in (0, 1] (got {f.ewc_gamma}).')
-  elif f['ewc_gamma'].present and method not in ('online_ewc', 'pnc'):
-    problems.append('--ewc_gamma applies to --continual_method=online_ewc '
-                    '(and pnc).')
-  for name in ('ewc_fisher_batches', 'ewc_fisher_frames'):
-    if getattr(f, name) < 1:
-      problems.append(f'--{name} must be >= 1 (got {getattr(f, name)}).')
-  if method == 'pnc':
-    if not 0 < f.pnc_progress_fraction < 1:
-      problems.append('--pnc_progress_fraction must be in (0, 1) (got '
-                      f'{f.pnc_progress_fraction}).')
-    if f.separate_critic:
-      problems.append('--continual_method=pnc needs --noseparate_critic: '
-                      'its columns share their torso and core with the '
-                      'baseline.')
+  cls = continual_methods.METHODS[method]
+  problems += cls.problems(configs.continual_config(f).settings)
+  problems += cls.agent_problems(configs.agent_config(f))
   return problems
 
 

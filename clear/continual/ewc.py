@@ -326,7 +326,8 @@ class EwcState(tf.Module):
 
   @property
   def num_anchors(self) -> int:
-    """Slots that hold an anchor."""
+    """Slots that hold an anchor (`accumulate` keeps the latest in slot
+    0)."""
     return int(tf.reduce_sum(self.filled))
 
   def penalty(self, variables: Sequence[tf.Tensor], lam) -> tf.Tensor:
@@ -366,3 +367,38 @@ class EwcState(tf.Module):
       for variable, value in zip(variables, values):
         variable.assign(value)
     self.merged.residual.assign(merged.residual)
+
+  def accumulate(self, values: Sequence[tf.Tensor],
+                 fisher: Sequence[tf.Tensor]):
+    """Adds an anchor `values` with Fisher `fisher` to the penalty, beside
+    every one added before (EWC without task identities: each period is a
+    task of its own).
+
+    Only the merged quadratic grows: A <- A + F, the center and residual
+    by `merge_anchors` of the old center (precision A) and the new anchor,
+    plus the old residual; slot 0 holds the latest anchor and Fisher.
+
+    Raises:
+      ValueError: online EWC, or lists that differ.
+    """
+    if self.online:
+      raise ValueError('EwcState.accumulate: online EWC merges through '
+                       'consolidate.')
+    values = [tf.convert_to_tensor(v) for v in values]
+    fisher = [tf.convert_to_tensor(f) for f in fisher]
+    _check_same_shapes('EwcState.accumulate', 'values', values,
+                       self.anchors[0])
+    _check_same_shapes('EwcState.accumulate', 'fisher', fisher,
+                       self.anchors[0])
+    merged = merge_anchors([self.merged.center, values],
+                           [self.merged.precision, fisher])
+    for variable, value in zip(self.anchors[0], values):
+      variable.assign(value)
+    for variable, value in zip(self.fishers[0], fisher):
+      variable.assign(value)
+    self.filled.scatter_nd_update([[0]], [1])
+    for variables, new in ((self.merged.precision, merged.precision),
+                           (self.merged.center, merged.center)):
+      for variable, value in zip(variables, new):
+        variable.assign(value)
+    self.merged.residual.assign(self.merged.residual + merged.residual)

@@ -28,8 +28,10 @@ default) for the next task.
 The paper gives no split of a visit between the phases; its authors told
 the CORA authors (Powers et al. 2022, whose implementation this follows)
 that progress took the first half of each task, compress the rest. Here
-the phase of an update is a pure function of the frames trained before it
-(`phase_at`), so a resumed run is in the phase it was in.
+the phases split each period of the method's clock (a visit under given
+task boundaries, an interval under hidden ones), and the phase of an
+update is a pure function of the frames trained before it (`phase_at`), so
+a resumed run is in the phase it was in.
 
 The learner and the policy that run these are `clear.algorithms.pnc`.
 """
@@ -52,35 +54,35 @@ Attributes:
 """
 
 
-def compress_start(frames_per_task: int, progress_fraction: float) -> int:
-  """The first frame offset within a visit that is in the compress phase,
-  ceil(progress_fraction * frames_per_task).
+def compress_start(length: int, progress_fraction: float) -> int:
+  """The first frame offset within a period of `length` frames that is in
+  the compress phase, ceil(progress_fraction * length).
 
   Raises:
-    ValueError: frames_per_task < 1, or a fraction outside (0, 1).
+    ValueError: length < 1, or a fraction outside (0, 1).
   """
-  if frames_per_task < 1:
-    raise ValueError('compress_start: frames_per_task must be >= 1, got '
-                     f'{frames_per_task}.')
+  if length < 1:
+    raise ValueError(f'compress_start: length must be >= 1, got {length}.')
   if not 0.0 < progress_fraction < 1.0:
     raise ValueError('compress_start: progress_fraction must be in (0, 1), '
                      f'got {progress_fraction}.')
-  return math.ceil(progress_fraction * frames_per_task)
+  return math.ceil(progress_fraction * length)
 
 
-def phase_at(frames: int, frames_per_task: int,
-             progress_fraction: float) -> int:
+def phase_at(frames: int, period, progress_fraction: float) -> int:
   """The phase (`PROGRESS` or `COMPRESS`) of the update that starts after
-  `frames` frames: progress while the frames into the current visit,
-  frames mod frames_per_task, are below `compress_start`, compress after.
+  `frames` frames, in `period` (a `clear.continual.clock.Period` holding
+  them): progress while the frames into the period, frames - start, are
+  below `compress_start` of its length, compress after.
 
   Raises:
-    ValueError: negative frames, or as `compress_start`.
+    ValueError: frames before the period, or as `compress_start`.
   """
-  if frames < 0:
-    raise ValueError(f'phase_at: frames must be >= 0, got {frames}.')
-  start = compress_start(frames_per_task, progress_fraction)
-  return PROGRESS if frames % frames_per_task < start else COMPRESS
+  if frames < period.start:
+    raise ValueError(f'phase_at: frames {frames} are before the period '
+                     f'{period}.')
+  start = compress_start(period.end - period.start, progress_fraction)
+  return PROGRESS if frames - period.start < start else COMPRESS
 
 
 def distillation_loss(student_logits, teacher_logits) -> DistillationLoss:

@@ -64,6 +64,8 @@ class RunConfig(NamedTuple):
     evaluator: where evaluations are played: 'learner', 'process' (one of
       their own, beside the learner) or 'auto' (the learner with inline
       actors, else a process; `clear.runtime.evaluation_process`).
+    continual: the IMPALA run's continual-learning method, its settings
+      and task boundaries (`continual_methods.ContinualConfig`).
     flags: the `clear.train` flag values the config was made from, by
       name, recorded in run.json (None for a config made otherwise).
   """
@@ -99,6 +101,8 @@ class RunConfig(NamedTuple):
   eval_episodes: int = 10
   eval_max_steps: int = 27_000
   evaluator: str = 'auto'
+  continual: continual_methods.ContinualConfig = (
+      continual_methods.ContinualConfig())
   flags: Optional[Dict[str, object]] = None
 
 
@@ -130,7 +134,7 @@ def run_identity(config: RunConfig):
   if multitask.is_sequence(config.env_name):
     identity.update(frames_per_task=config.frames_per_task,
                     num_task_cycles=config.num_task_cycles)
-  identity.update(continual_methods.identity(config.learner_config))
+  identity.update(continual_methods.identity(config.continual))
   return identity
 
 
@@ -189,11 +193,12 @@ def check_removed_settings(saved: Optional[Dict[str, object]], path: str):
 
 # Learner settings a run records in its run.json (see `run_settings`).
 # Each is a RunConfig field or one of its learner config's; those of
-# `continual_methods.SETTINGS` only with a continual method.
+# those of `continual_methods.RECORDED_SETTINGS` only with a method that
+# takes them (and held in `RunConfig.continual.settings`).
 RECORDED_SETTINGS = ('batch_size', 'total_environment_frames',
                      'learning_rate', 'optimizer', 'reward_scaling',
                      'envs_per_actor',
-                     'replay_buffer_size') + continual_methods.SETTINGS
+                     'replay_buffer_size') + continual_methods.RECORDED_SETTINGS
 
 
 def run_settings(config: RunConfig) -> Dict[str, object]:
@@ -201,9 +206,11 @@ def run_settings(config: RunConfig) -> Dict[str, object]:
   schedule, ...): run.json records the ones a run last ran with, and
   `clear.train` keeps them when a resume leaves their flags unset."""
   settings = {}
-  method = continual_methods.method_of(config.learner_config)
+  method = continual_methods.recorded_settings(config.continual)
   for name in RECORDED_SETTINGS:
-    if name in continual_methods.SETTINGS and method == 'none':
+    if name in continual_methods.RECORDED_SETTINGS:
+      if name in method:
+        settings[name] = method[name]
       continue
     holder = config if name in RunConfig._fields else config.learner_config
     if hasattr(holder, name):  # The ports' configs lack some.

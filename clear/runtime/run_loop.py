@@ -105,12 +105,13 @@ class _Run:
     run_config_lib.check_removed_settings(
         checkpoint_lib.read_run_identity(config.logdir),
         os.path.join(config.logdir, checkpoint_lib.RUN_FILE))
-    lc = continual_methods.learner_config(config, self.schedule)
+    self.method = continual_methods.make_method(config, self.schedule,
+                                                spec.stacked_frames)
     saved_identity = checkpoint_lib.verify_run_identity(
         config.logdir, run_config_lib.run_identity(config))
     self.policy = registry.make_policy(config.algorithm, spec,
-                                         config.agent_config, lc,
-                                         seed=config.seed)
+                                       config.agent_config, lc,
+                                       seed=config.seed, method=self.method)
     self.phase = tf.Variable(PREFILL, dtype=tf.int64, trainable=False,
                              name='phase')
     self.buffer = None
@@ -146,7 +147,7 @@ class _Run:
     self.env_restarts = {}  # Actor id -> its cumulative env relaunches.
     self.pending = collections.deque()
     self.actor_state = None  # Saved actors to continue, if any.
-    self._segment = None  # The task segment `end_task` last saw.
+    self._period = None  # The method's period `consolidate` last saw.
     self.eval_history = history_lib.EvalHistory()
     # Seconds this run has spent running, summed over its resumes.
     self._run_time_before = 0.0
@@ -391,29 +392,28 @@ class _Run:
     self.pending.extend(unrolls)
     return trajectories.episodes
 
-  def end_task(self) -> bool:
-    """Tells the policy, once per segment of a task sequence, that the
-    segment before has ended (EWC consolidates its task); a resume past a
-    boundary not yet consolidated does so first.
+  def consolidate(self) -> bool:
+    """Tells the method, once per period of its clock (a task segment, or
+    an interval under hidden boundaries), that the period before has ended;
+    a resume past an end not yet consolidated does so first.
 
     Returns:
-      Whether the policy handled a boundary (it may have changed its
-      acting weights: P&C's new active column).
+      Whether the method acted (it may have changed the acting weights:
+      P&C's new active column).
     """
-    if self.schedule is None:
+    if self.method is None:
       return False
-    segment = self.schedule.segment_index(self.frames)
-    if segment == self._segment:
+    period = self.method.context.clock.period_at(self.frames)
+    if period.index == self._period:
       return False
-    self._segment = segment
-    if segment:
-      name = self.schedule.task_names[(segment - 1) % self.schedule.num_tasks]
-      stats = self.policy.end_task(
-          segment, self.schedule.unique_task_names.index(name), name)
-      for key, value in stats.items():
-        tf.summary.scalar(f'continual/{key}', value, step=self.frames)
-      return bool(stats)
-    return False
+    self._period = period.index
+    if not period.index:
+      return False
+    ended = self.method.context.clock.period_at(period.start - 1)
+    stats = self.policy.consolidate(ended)
+    for key, value in stats.items():
+      tf.summary.scalar(f'continual/{key}', value, step=self.frames)
+    return bool(stats)
 
   def ready(self) -> bool:
     if self.phase.numpy() == PREFILL:
@@ -700,7 +700,7 @@ def _train(config, stop_requested, max_updates, on_start, lock):
       while run.frames < total:
         if evaluation is not None:
           evaluation.maybe_evaluate()
-        ended = run.end_task()  # Before the next task's unrolls arrive.
+        ended = run.consolidate()  # Before the next period's unrolls arrive.
         if run.task_name != task:  # The sequence moves on.
           switched_at = time.monotonic()
           # The weights first: an actor loads them as it switches.
@@ -709,7 +709,7 @@ def _train(config, stop_requested, max_updates, on_start, lock):
                            actor_seed_base(config, run.num_updates))
           task = run.task_name
           logging.info('Task %s from %s frames.', task, f'{run.frames:,}')
-        elif ended:  # Resumed at a switch: acting weights it may change.
+        elif ended:  # The method acted: acting weights it may change.
           pool.publish(run.policy.get_weights(), run.num_updates)
         if stop_requested() or (max_updates is not None and
                                 updates >= max_updates):

@@ -6,10 +6,8 @@ The defaults are the CLEAR paper's; `clear.train` sets the env-family ones
 `clear.algorithms.impala.optimizers`.
 """
 
-import math
 from typing import NamedTuple, Optional
 
-from clear.continual import methods as continual_methods
 
 OPTIMIZERS = ('adam', 'rmsprop')
 DISCOUNT_PER = ('step', 'frame')
@@ -64,23 +62,6 @@ class LearnerConfig(NamedTuple):
     fixed_step_mul: whether the step multiplier is constant.
     step_mul: frames per agent step when `fixed_step_mul`.
     jit_compile: compile the forward and backward pass with XLA.
-    continual_method: a `continual_methods.CONTINUAL_METHODS` name. 'none'
-      (the default) leaves every update and checkpoint as without it;
-      'ewc' keeps an anchor and a Fisher per task, 'online_ewc' one anchor
-      and a running Fisher (see `clear.continual.ewc`); 'pnc' is Progress &
-      Compress (`clear.algorithms.pnc`).
-    ewc_lambda: lambda, the weight of the EWC penalty
-      lambda / 2 * sum_k sum_i F_k,i (theta_i - theta*_k,i)^2.
-    ewc_gamma: online EWC's decay of the running Fisher, F <- gamma F +
-      F_new at each task boundary (unused by 'ewc').
-    ewc_fisher_batches: batches of `batch_size` unrolls of the finished
-      task the Fisher is estimated from.
-    ewc_fisher_frames: frames of each task's latest fresh unrolls kept to
-      draw those batches from (agent steps with dynamic multipliers).
-    ewc_num_tasks: the distinct tasks of the sequence, one EWC slot each
-      (the run loop sets it from the task sequence).
-    pnc_*: Progress & Compress's settings
-      (`clear.algorithms.pnc.policy.PncPolicy`).
   """
   batch_size: int = 32
   num_replay: int = 16
@@ -111,15 +92,6 @@ class LearnerConfig(NamedTuple):
   fixed_step_mul: bool = True
   step_mul: int = 1
   jit_compile: bool = False
-  continual_method: str = 'none'
-  ewc_lambda: float = 1.0
-  ewc_gamma: float = 0.99
-  ewc_fisher_batches: int = 100
-  ewc_fisher_frames: int = 100_000
-  ewc_num_tasks: int = 1
-  pnc_progress_fraction: float = 0.5
-  pnc_reset_active_column: bool = True
-  pnc_frames_per_task: int = 0
 
 
 def validate_config(config: LearnerConfig):
@@ -166,15 +138,3 @@ def validate_config(config: LearnerConfig):
   if config.discounting_step_mul < 1:
     raise ValueError('discounting_step_mul must be >= 1, got '
                      f'{config.discounting_step_mul}.')
-  if config.continual_method not in continual_methods.CONTINUAL_METHODS:
-    raise ValueError(f'continual_method must be one of '
-                     f'{continual_methods.CONTINUAL_METHODS}, got '
-                     f'{config.continual_method!r}.')
-  if not (math.isfinite(config.ewc_lambda) and config.ewc_lambda >= 0):
-    raise ValueError(f'ewc_lambda must be a finite number >= 0, got '
-                     f'{config.ewc_lambda}.')
-  if not 0.0 < config.ewc_gamma <= 1.0:
-    raise ValueError(f'ewc_gamma must be in (0, 1], got {config.ewc_gamma}.')
-  for name in ('ewc_fisher_batches', 'ewc_fisher_frames', 'ewc_num_tasks'):
-    if getattr(config, name) < 1:
-      raise ValueError(f'{name} must be >= 1, got {getattr(config, name)}.')

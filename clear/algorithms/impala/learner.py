@@ -10,9 +10,8 @@ targets at truncated episode ends (`losses.cut_at_truncations`), computes
 with the config's optimizer (`optimizers.make_optimizer`). `critic_step`
 fits the critic alone to discounted returns.
 
-With a `continual_method`, the loss adds `clear.continual.ewc`'s penalty
-(`loss/ewc`) and `consolidate` ends a task: its Fisher and the weights as its
-anchor.
+A continual-learning method (`clear.continual.methods.base.Method`) may add
+terms to the loss (`loss/<name>`); the learner knows no method by name.
 
 The first `num_replay` batch columns are replayed unrolls: they contribute to
 the loss like fresh ones and to the cloning terms, but never to the frame
@@ -29,7 +28,6 @@ import tree
 from clear import types
 from clear.algorithms.impala import config as config_lib
 from clear.algorithms.impala import optimizers
-from clear.continual import ewc
 from clear.ops import guards
 from clear.ops import losses
 from clear.ops import transitions
@@ -143,11 +141,12 @@ class ImpalaClearLearner(snt.Module):
     num_env_frames, num_updates, num_skipped_steps: int64 counters.
     optimizer, critic_optimizer: Sonnet optimizers of the main phase and of
       critic pretraining.
-    continual: `ewc.EwcState` over the agent's trainable variables, or None
-      (always None with `continual_method` 'none').
+    method: the continual-learning method whose loss terms every main
+      update adds, or None.
   """
 
-  def __init__(self, agent, config: LearnerConfig, name='impala_clear'):
+  def __init__(self, agent, config: LearnerConfig, method=None,
+               name='impala_clear'):
     super().__init__(name=name)
     validate_config(config)
     self.agent = agent
@@ -167,14 +166,9 @@ class ImpalaClearLearner(snt.Module):
                                         jit_compile=config.jit_compile)
     self._step_fn = tf.function(self._step, autograph=False)
     self._critic_step_fn = tf.function(self._critic_step, autograph=False)
-    self.continual = None
-    if config.continual_method != 'none':
-      self.continual = ewc.EwcState(
-          agent.trainable_variables, config.ewc_num_tasks,
-          online=config.continual_method == 'online_ewc')
-      self._fisher_grads_fn = tf.function(self._fisher_gradients,
-                                          autograph=False,
-                                          jit_compile=config.jit_compile)
+    self.method = method
+    if method is not None:
+      method.attach(self)
 
   # --- Entry points ----------------------------------------------------------
 
@@ -227,31 +221,6 @@ class ImpalaClearLearner(snt.Module):
     self._step_fn.get_concrete_function(signature)
     if critic:
       self._critic_step_fn.get_concrete_function(signature)
-
-  def consolidate(self, batches, slot: int) -> ewc.FisherSummary:
-    """Ends a task for EWC: its Fisher from `batches` (an iterable of
-    `[T + 1, B]` `Unroll` batches of its own unrolls), the current weights
-    as the anchor of `slot` (its index among the sequence's distinct tasks;
-    online EWC uses slot 0 and merges the Fisher into the running one).
-
-    Returns:
-      `ewc.FisherSummary` of the new task's Fisher.
-    """
-    if self.continual is None:
-      raise ValueError('consolidate needs a continual_method other than '
-                       "'none'.")
-    count = [0]
-
-    def gradients():
-      for batch in batches:
-        count[0] += 1
-        yield self._fisher_grads_fn(batch)
-
-    fisher = ewc.fisher_diagonal(gradients())
-    self.continual.consolidate(
-        0 if self.continual.online else slot,
-        self.agent.trainable_variables, fisher, self.config.ewc_gamma)
-    return ewc.summarize_fisher(fisher, count[0])
 
   # --- Shared pieces -------------------------------------------------------
 
@@ -339,10 +308,9 @@ class ImpalaClearLearner(snt.Module):
       aligned, rewards, loss, extra = self._clear_loss(
           batch, self.config.num_replay, entropy_cost,
           self.config.policy_cloning_cost, self.config.value_cloning_cost)
-      if self.continual is not None:
-        penalty = self.continual.penalty(self.agent.trainable_variables,
-                                         self.config.ewc_lambda)
-        loss = loss + penalty
+      terms = self.method.loss_terms() if self.method is not None else {}
+      for term in terms.values():
+        loss = loss + term
     grads, grad_norm = guards.clipped_gradients(
         tape, loss, self.agent.trainable_variables, self.config.clip_grad_norm)
     steps = tf.cast(tf.size(rewards), tf.float32)
@@ -362,21 +330,16 @@ class ImpalaClearLearner(snt.Module):
         'value/mean_baseline': tf.reduce_mean(aligned.target.baseline),
         'value/mean_vtrace_target': tf.reduce_mean(extra.vs),
     }
-    if self.continual is not None:
-      metrics['loss/ewc'] = penalty
+    metrics.update({f'loss/{name}': term for name, term in terms.items()})
     return grads, metrics
 
-  def _fisher_gradients(self, batch: types.Unroll):
-    """Gradients of the policy-gradient plus baseline loss of a batch of
-    fresh unrolls (no entropy, no cloning), through the same re-unroll,
-    alignment and V-trace as `_loss_and_grads`: one term of the Fisher."""
-    variables = self.agent.trainable_variables
-    with tf.GradientTape() as tape:
-      _, _, _, extra = self._clear_loss(batch, 0, 0.0, 0.0, 0.0)
-      loss = extra.policy_gradient + self.config.baseline_cost * extra.baseline
-    grads = tape.gradient(loss, variables)
-    return [tf.zeros_like(v) if g is None else g
-            for g, v in zip(grads, variables)]
+  def policy_and_baseline_loss(self, batch: types.Unroll):
+    """The policy-gradient plus weighted baseline loss of a batch of fresh
+    `[T + 1, B]` unrolls (no entropy, no cloning), through the same
+    re-unroll, alignment and V-trace as an update: what a method's Fisher
+    is the squared gradient of. Scalar."""
+    _, _, _, extra = self._clear_loss(batch, 0, 0.0, 0.0, 0.0)
+    return extra.policy_gradient + self.config.baseline_cost * extra.baseline
 
   @snt.no_name_scope
   def _step(self, batch: types.Unroll):

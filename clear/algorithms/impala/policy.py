@@ -1,13 +1,13 @@
 """IMPALA-CLEAR behind the `clear.algorithms.policy.Policy` interface.
 
 `ImpalaPolicy` acts with an `agents` recurrent agent and learns with
-`clear.algorithms.impala.learner.ImpalaClearLearner`; with a continual
-method (`--continual_method`), it also keeps the unrolls each task's EWC
-Fisher is drawn from and consolidates at every task boundary (`end_task`).
+`clear.algorithms.impala.learner.ImpalaClearLearner`, beside a
+continual-learning method if the run has one
+(`clear.continual.methods.base.Method`), which sees the fresh unrolls,
+adds its loss terms, consolidates at the end of each period and keeps its
+state in the checkpoint.
 """
 
-import logging
-import time
 from typing import Optional
 
 import numpy as np
@@ -18,8 +18,6 @@ import agents
 from clear import types
 from clear.algorithms import policy as policy_lib
 from clear.algorithms.impala import learner as learner_lib
-from clear.continual import ewc
-from clear.replay import buffer as replay_lib
 
 
 def _tensor_spec(x):
@@ -35,13 +33,15 @@ class ImpalaPolicy(policy_lib.Policy):
     agent_config: `clear.algorithms.policy.AgentConfig`.
     learner_config: `LearnerConfig`, or None for an acting-only copy.
     seed: seeds the agent's initialisation and its sampling RNG.
+    method: the run's continual-learning method, or None (always None in
+      an acting-only copy).
   """
 
   supports_critic_pretraining = True
 
   def __init__(self, spec: types.EnvSpec, agent_config: policy_lib.AgentConfig,
                learner_config: Optional[learner_lib.LearnerConfig] = None,
-               seed: int = 0):
+               seed: int = 0, method=None):
     super().__init__(spec)
     continuous = [key for key, head in spec.action_spec.items()
                   if not isinstance(head, types.DiscreteSpec)]
@@ -61,26 +61,16 @@ class ImpalaPolicy(policy_lib.Policy):
     self._step = tf.function(self.agent.step, autograph=False)
     self._acting_steps = {}  # Batch size -> `_step`'s concrete function.
     self.learner = None
-    self.fisher_buffer = None  # The unrolls EWC's next Fisher is drawn from.
-    self._seed = seed
+    self.method = None
     if learner_config is not None:
-      if learner_config.continual_method == 'pnc':  # Not one column's EWC.
-        raise ValueError("ImpalaPolicy: continual_method='pnc' needs two "
-                         'columns: build it with registry.make_policy.')
+      if method is not None and method.policy_class(type(self)) is not type(
+          self):
+        raise ValueError(f'ImpalaPolicy: continual_method={method.NAME!r} '
+                         'trains its own policy: build it with '
+                         'registry.make_policy.')
+      self.method = method
       self.learner = learner_lib.ImpalaClearLearner(self.agent,
-                                                    learner_config)
-      if self.learner.continual is not None:
-        self.fisher_buffer = self._new_fisher_buffer(0)
-
-  def _new_fisher_buffer(self, segment: int) -> replay_lib.ReplayBuffer:
-    """An empty FIFO of `ewc_fisher_frames` frames of fresh unrolls."""
-    lc = self.learner.config
-    capacity = ewc.fisher_buffer_unrolls(
-        lc.ewc_fisher_frames, lc.unroll_length,
-        lc.step_mul if lc.fixed_step_mul else 1)
-    return replay_lib.ReplayBuffer(
-        capacity, 'fifo', seed=self._seed + 7_907 * (segment + 1),
-        stacked_observations=self.spec.stacked_frames)
+                                                    learner_config, method)
 
   def initial_state(self, batch_size):
     return policy_lib.to_numpy(self.agent.initial_state(batch_size))
@@ -154,50 +144,16 @@ class ImpalaPolicy(policy_lib.Policy):
                        # The update count's name in checkpoints.
                        'num_steps': learner.num_updates,
                        'num_skipped_steps': learner.num_skipped_steps}
-    if learner.continual is not None:
-      checkpointables['continual'] = learner.continual
+    if self.method is not None:
+      checkpointables.update(self.method.checkpointables())
     return checkpointables
 
   def replay_buffers(self):
-    if self.fisher_buffer is None:
-      return {}
-    return {'ewc_fisher': self.fisher_buffer}
+    return {} if self.method is None else self.method.replay_buffers()
 
   def observe(self, unrolls):
-    if self.fisher_buffer is not None:
-      for unroll in unrolls:
-        self.fisher_buffer.insert(unroll)
+    if self.method is not None:
+      self.method.observe(unrolls)
 
-  def end_task(self, segment, task, task_name):
-    """EWC's task boundary: the finished task's Fisher from
-    `ewc_fisher_batches` batches drawn from its kept unrolls, the weights as
-    its anchor; then the kept unrolls make way for the next task's."""
-    state = self.learner.continual if self.learner is not None else None
-    if state is None or int(state.num_boundaries.numpy()) >= segment:
-      return {}
-    lc = self.learner.config
-    start = time.monotonic()
-    buffer = self.fisher_buffer
-    stats = {}
-    if len(buffer):
-      batches = (replay_lib.swap_time_and_batch(buffer.sample(lc.batch_size))
-                 for _ in range(lc.ewc_fisher_batches))
-      summary = self.learner.consolidate(batches, task)
-      stats = {'fisher_mean': summary.mean, 'fisher_max': summary.max,
-               'fisher_batches': summary.num_batches}
-      logging.info(
-          '%s: task %s ended (segment %d): Fisher from %d batches of %d '
-          'unrolls drawn from its last %d, mean %.3g, max %.3g; %d anchors '
-          '(%.1f s).', lc.continual_method, task_name, segment - 1,
-          summary.num_batches, lc.batch_size, len(buffer), summary.mean,
-          summary.max, state.num_anchors, time.monotonic() - start)
-    else:
-      logging.warning('%s: task %s ended (segment %d) with none of its '
-                      'unrolls kept (a resume with an empty buffer?): it '
-                      'gets no anchor.', lc.continual_method, task_name,
-                      segment - 1)
-    state.num_boundaries.assign(segment)
-    self.fisher_buffer = self._new_fisher_buffer(segment)
-    stats.update(num_anchors=state.num_anchors,
-                 seconds=time.monotonic() - start)
-    return stats
+  def consolidate(self, ended):
+    return {} if self.method is None else self.method.consolidate(ended)

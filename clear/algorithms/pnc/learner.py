@@ -13,9 +13,11 @@ knowledge base only, by its own optimizer (`knowledge_base_optimizer`; the
 same learning-rate schedule). Both count frames and updates on the same
 counters.
 
-`consolidate_knowledge_base` ends a task: the knowledge base's diagonal
-Fisher from batches of the task's last unrolls joins the running one
-(F <- gamma F + F_new) and its weights become the anchor. The Fisher is the
+The phases follow the periods of the method's clock
+(`clear.continual.methods.pnc`). `consolidate_knowledge_base` ends a
+period: the knowledge base's diagonal Fisher from batches of the period's
+last unrolls joins the running one (F <- gamma F + F_new) and its weights
+become the anchor. The Fisher is the
 mean squared gradient of the knowledge base's V-trace policy-gradient loss
 on those unrolls: the knowledge base the target policy, the recorded active
 column the behaviour, and the active column's critic (trained on the task)
@@ -97,21 +99,15 @@ class PncLearner(learner_lib.ImpalaClearLearner):
   """
 
   def __init__(self, agent: pnc_agents.PncAgent,
-               config: config_lib.LearnerConfig, name: str = 'pnc'):
-    if config.continual_method != 'pnc':
-      raise ValueError("PncLearner needs continual_method='pnc', got "
-                       f'{config.continual_method!r}.')
+               config: config_lib.LearnerConfig, method, name: str = 'pnc'):
     config_lib.validate_config(config)
-    if config.pnc_frames_per_task < 1:
-      raise ValueError('PncLearner needs pnc_frames_per_task >= 1 (a task '
-                       f'sequence), got {config.pnc_frames_per_task}.')
-    if not 0.0 < config.pnc_progress_fraction < 1.0:
-      raise ValueError('PncLearner: pnc_progress_fraction must be in (0, 1), '
-                       f'got {config.pnc_progress_fraction}.')
+    problems = method.problems(method.settings)
+    if problems:
+      raise ValueError('PncLearner: ' + ' '.join(problems))
     # The active column's learner is plain IMPALA-CLEAR.
-    super().__init__(_ActiveColumn(agent),
-                     config._replace(continual_method='none'), name=name)
-    self.config = config
+    super().__init__(_ActiveColumn(agent), config, name=name)
+    self.pnc_method = method
+    self.settings = method.settings
     self.pnc_agent = agent
     self.knowledge_base_optimizer = optimizers.make_optimizer(
         config, self.learning_rate)
@@ -126,13 +122,16 @@ class PncLearner(learner_lib.ImpalaClearLearner):
     self._kb_fisher_grads_fn = tf.function(self._knowledge_base_fisher_grads,
                                            autograph=False,
                                            jit_compile=config.jit_compile)
+    method.attach(self)
 
   # --- Entry points ----------------------------------------------------------
 
   def phase_at(self, frames: int) -> int:
-    """`clear.continual.pnc.phase_at` with this learner's schedule."""
-    return pnc.phase_at(frames, self.config.pnc_frames_per_task,
-                        self.config.pnc_progress_fraction)
+    """`clear.continual.pnc.phase_at` in the method's period at
+    `frames`."""
+    return pnc.phase_at(frames,
+                        self.pnc_method.context.clock.period_at(frames),
+                        self.settings.pnc_progress_fraction)
 
   @snt.no_name_scope
   def compress_step(self, batch: types.Unroll):
@@ -181,7 +180,7 @@ class PncLearner(learner_lib.ImpalaClearLearner):
     fisher = ewc.fisher_diagonal(gradients())
     self.knowledge_base_ewc.consolidate(
         0, self.pnc_agent.knowledge_base_variables, fisher,
-        self.config.ewc_gamma)
+        self.settings.ewc_gamma)
     return ewc.summarize_fisher(fisher, count[0])
 
   # --- Compress ------------------------------------------------------------
@@ -199,7 +198,7 @@ class PncLearner(learner_lib.ImpalaClearLearner):
           {k: v[:-1] for k, v in outputs.knowledge_base.logits.items()},
           {k: v[:-1] for k, v in outputs.active.logits.items()})
       penalty = self.knowledge_base_ewc.penalty(variables,
-                                                self.config.ewc_lambda)
+                                                self.settings.ewc_lambda)
       loss = distillation.total + penalty
     grads, grad_norm = guards.clipped_gradients(
         tape, loss, variables, self.config.clip_grad_norm)

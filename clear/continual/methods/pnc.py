@@ -1,0 +1,131 @@
+"""Progress & Compress as a method (`clear.continual.pnc` for its maths).
+
+P&C brings its own policy (`clear.algorithms.pnc.policy.PncPolicy`): two
+columns, whose active column acts in training and whose knowledge base
+plays in evaluation; its learner alternates the progress and the compress
+updates by the phase of the current period of the method's clock
+(`clear.continual.pnc.phase_at`): under given boundaries each visit of a
+task, under hidden ones every `--consolidation_interval_frames`, as the
+P&C paper proposes for the task-agnostic case.
+
+At the end of each period the method merges the knowledge base's Fisher,
+from the period's kept unrolls, into its running one and makes its weights
+the anchor (online EWC, with the `ewc_*` settings), then re-initialises the
+active column for the next period (unless `pnc_reset_active_column` is
+off).
+
+Defaults: `pnc_progress_fraction` 0.5, half of each period in progress and
+half in compress, as CORA ran it (the paper gives no split); the active
+column re-drawn at each switch, as CORA re-draws its layers (keeping their
+optimizer's moments, as CORA keeps them).
+"""
+
+import logging
+import time
+from typing import List
+
+from agents import pnc as pnc_agents
+from clear.algorithms.pnc import policy as pnc_policy
+from clear.continual.methods import base
+from clear.continual.methods import ewc as ewc_method
+
+SETTINGS = ewc_method.SETTINGS + (
+    base.Setting('pnc_progress_fraction', 0.5,
+                 'pnc: the share of each period (a visit of a task, or the '
+                 'consolidation interval) in the progress phase, the rest '
+                 'compresses (in (0, 1); half and half as in Progress & '
+                 'Compress).'),
+    base.Setting('pnc_reset_active_column', True,
+                 'pnc: re-initialise the active column (and its lateral '
+                 'adaptors) at the end of each period.'),
+)
+PncSettings = base.settings_class('PncSettings', SETTINGS)
+
+
+class Pnc(base.Method):
+  """Progress & Compress (see the module docstring)."""
+
+  NAME = 'pnc'
+  SETTINGS = SETTINGS
+  IDENTITY = ('ewc_fisher_frames', 'pnc_progress_fraction',
+              'pnc_reset_active_column')
+  RECORDED = ewc_method.Ewc.RECORDED
+  Settings = PncSettings
+
+  @classmethod
+  def problems(cls, settings) -> List[str]:
+    found = ewc_method.problems(settings)
+    if not 0 < settings.pnc_progress_fraction < 1:
+      found.append('--pnc_progress_fraction must be in (0, 1) (got '
+                   f'{settings.pnc_progress_fraction}).')
+    return found
+
+  @classmethod
+  def agent_problems(cls, agent_config) -> List[str]:
+    if agent_config.separate_critic:
+      return ['--continual_method=pnc needs --noseparate_critic: its '
+              'columns share their torso and core with the baseline.']
+    return []
+
+  @classmethod
+  def actor_agent_config(cls, agent_config):
+    return agent_config._replace(pnc_columns=True)  # The active column acts.
+
+  @classmethod
+  def policy_class(cls, default):
+    del default
+    return pnc_policy.PncPolicy
+
+  def attach(self, learner):
+    """`learner` is the policy's `clear.algorithms.pnc.learner.PncLearner`,
+    which holds the knowledge base's online EWC state."""
+    self._learner = learner
+    self.kept = ewc_method.KeptUnrolls(self.settings, learner.config,
+                                       self.context)
+
+  def observe(self, unrolls):
+    self.kept.observe(unrolls)
+
+  def checkpointables(self):
+    return {'continual': self._learner.knowledge_base_ewc}
+
+  def replay_buffers(self):
+    return {ewc_method.KeptUnrolls.NAME: self.kept.buffer}
+
+  def consolidate(self, ended):
+    learner, settings = self._learner, self.settings
+    state = learner.knowledge_base_ewc
+    following = ended.index + 1
+    if int(state.num_boundaries.numpy()) >= following:
+      return {}
+    start = time.monotonic()
+    what = (f'task {ended.task_name} ended (segment {ended.index})'
+            if ended.task is not None else
+            f'period {ended.index} ended at {ended.end:,} frames')
+    buffer = self.kept.buffer
+    stats = {}
+    if len(buffer):
+      summary = learner.consolidate_knowledge_base(self.kept.batches(
+          learner.config.batch_size, settings.ewc_fisher_batches))
+      stats = {'fisher_mean': summary.mean, 'fisher_max': summary.max,
+               'fisher_batches': summary.num_batches}
+      logging.info(
+          'pnc: %s: knowledge base Fisher from %d batches of %d unrolls '
+          'drawn from its last %d, mean %.3g, max %.3g.', what,
+          summary.num_batches, learner.config.batch_size, len(buffer),
+          summary.mean, summary.max)
+    else:
+      logging.warning('pnc: %s with none of its unrolls kept (a resume with '
+                      "an empty buffer?): the knowledge base's Fisher and "
+                      'anchor stay as they were.', what)
+    if settings.pnc_reset_active_column:
+      learner.pnc_agent.reset_active_column(
+          pnc_agents.active_column_seed(self.context.seed, following))
+      logging.info('pnc: active column re-initialised for period %d '
+                   '(%.1f s with the Fisher).', following,
+                   time.monotonic() - start)
+    state.num_boundaries.assign(following)
+    self.kept.restart(following)
+    stats.update(active_column_reset=float(settings.pnc_reset_active_column),
+                 seconds=time.monotonic() - start)
+    return stats
