@@ -1,4 +1,4 @@
-"""Tests of EWC and online EWC: the maths, the learner, the run, the flags."""
+"""Tests of EWC and online EWC: the maths, the method, the run, the flags."""
 
 import glob
 import json
@@ -19,7 +19,12 @@ from clear.algorithms.impala import policy as impala_policy
 from clear.cli import configs
 from clear.cli import run_json
 from clear.cli import validation
+from clear.continual import clock as clock_lib
 from clear.continual import ewc
+from clear.continual import methods
+from clear.continual import schedule as schedule_lib
+from clear.continual.methods import base
+from clear.continual.methods import ewc as ewc_methods
 from clear.runtime import run_config
 from clear.runtime import run_loop
 from tests.random_batches import random_batch
@@ -156,13 +161,27 @@ def test_fisher_buffer_holds_the_frames_asked_for():
 # --- The learner ------------------------------------------------------------
 
 
-def make_policy(seed=0, **kwargs):
+TWO_TASKS = clock_lib.Clock.given(schedule_lib.TaskSchedule(['a', 'b'], 40))
+
+
+def make_method(name='ewc', clock=TWO_TASKS, num_tasks=2, **settings):
+  """The method `name` with `settings`, for a run of `num_tasks` tasks."""
+  cls = methods.METHODS[name]
+  return cls(cls.Settings(**settings), base.Context(clock, num_tasks, 0))
+
+
+def make_policy(seed=0, method=None, **kwargs):
   config = learner_lib.LearnerConfig(**{
       'batch_size': 4, 'num_replay': 2, 'unroll_length': 5,
       'clip_grad_norm': 0.0, **kwargs})
   return impala_policy.ImpalaPolicy(CARTPOLE_SPEC,
                                     policy_lib.AgentConfig('mlp', 8), config,
-                                    seed=seed)
+                                    seed=seed, method=method)
+
+
+def period(index, task):
+  """The `index`-th period of TWO_TASKS, of task `task`."""
+  return clock_lib.Period(index, 40 * index, 40 * (index + 1), task, 'ab'[task])
 
 
 def test_learner_fisher_is_the_squared_gradient_of_pg_and_baseline_only():
@@ -170,29 +189,35 @@ def test_learner_fisher_is_the_squared_gradient_of_pg_and_baseline_only():
   # is only the policy-gradient and baseline terms (no entropy, no cloning,
   # every column fresh), squared and averaged over the batches. The EWC
   # learner itself keeps the entropy and cloning terms in its training loss.
-  policy = make_policy(continual_method='ewc', ewc_num_tasks=2,
-                       entropy_cost=0.5, policy_cloning_cost=1.0,
-                       value_cloning_cost=1.0)
+  method = make_method(ewc_fisher_batches=3)
+  policy = make_policy(method=method, entropy_cost=0.5,
+                       policy_cloning_cost=1.0, value_cloning_cost=1.0)
   reference = learner_lib.ImpalaClearLearner(
       policy.agent, policy.learner.config._replace(
-          continual_method='none', num_replay=0, entropy_cost=0.0,
-          policy_cloning_cost=0.0, value_cloning_cost=0.0))
+          num_replay=0, entropy_cost=0.0, policy_cloning_cost=0.0,
+          value_cloning_cost=0.0))
   batches = [random_batch(policy, seed) for seed in range(3)]
   weights = [v.numpy() for v in policy.agent.trainable_variables]
-  summary = policy.learner.consolidate(iter(batches), slot=1)
-  assert summary.num_batches == 3
-  assert policy.learner._fisher_grads_fn.experimental_get_tracing_count() == 1
+  unrolls = [u for batch in batches for u in run_loop.split_unrolls(batch)]
+  policy.observe(unrolls)  # Kept: 12 unrolls.
+  stats = policy.consolidate(period(1, 1))
+  assert stats['fisher_batches'] == 3
+  assert method._gradients.experimental_get_tracing_count() == 1
+  # The batches the method drew, again from a buffer seeded the same way.
+  drawn = ewc_methods.KeptUnrolls(method.settings, policy.learner.config,
+                                  method.context)
+  drawn.observe(unrolls)
   expected = [np.zeros_like(w) for w in weights]
-  for batch in batches:
+  for batch in drawn.batches(4, 3):
     grads, _ = reference._grads_fn(batch)
     for e, g in zip(expected, grads):
-      e += g.numpy()**2 / len(batches)
-  state = policy.learner.continual
+      e += g.numpy()**2 / 3
+  state = method.state
   for fisher, e in zip(state.fishers[1], expected):
     np.testing.assert_allclose(fisher, e, rtol=1e-5, atol=1e-12)
   assert max(np.max(e) for e in expected) > 0
-  assert summary.max == pytest.approx(max(np.max(e) for e in expected),
-                                      rel=1e-5)
+  assert stats['fisher_max'] == pytest.approx(
+      max(np.max(e) for e in expected), rel=1e-5)
   for anchor, w in zip(state.anchors[1], weights):
     np.testing.assert_array_equal(anchor, w)
   assert state.num_anchors == 1
@@ -201,18 +226,18 @@ def test_learner_fisher_is_the_squared_gradient_of_pg_and_baseline_only():
 
 
 def test_the_penalty_enters_the_loss_and_its_gradient():
-  policy = make_policy(continual_method='ewc', ewc_num_tasks=2,
-                       ewc_lambda=50.0)
-  plain = learner_lib.ImpalaClearLearner(
-      policy.agent, policy.learner.config._replace(continual_method='none'))
+  method = make_method(ewc_lambda=50.0, ewc_fisher_batches=1)
+  policy = make_policy(method=method)
+  plain = learner_lib.ImpalaClearLearner(policy.agent, policy.learner.config)
   variables = policy.agent.trainable_variables
-  policy.learner.consolidate([random_batch(policy, 0)], slot=0)
+  policy.observe(run_loop.split_unrolls(random_batch(policy, 0)))
+  policy.consolidate(period(0, 0))
   for v in variables:  # Away from the anchor.
     v.assign_add(0.1 * tf.random.normal(v.shape))
   batch = random_batch(policy, 1)
   grads, metrics = policy.learner._grads_fn(batch)
   plain_grads, plain_metrics = plain._grads_fn(batch)
-  state = policy.learner.continual
+  state = method.state
   deltas = [v.numpy() - a.numpy() for v, a in zip(variables, state.anchors[0])]
   fishers = [f.numpy() for f in state.fishers[0]]
   expected = 25.0 * sum(np.sum(f * d * d) for f, d in zip(fishers, deltas))
@@ -231,27 +256,21 @@ def checkpoint_keys(policy, directory):
   return set(tf.train.load_checkpoint(path).get_variable_to_shape_map())
 
 
-def test_none_changes_nothing_and_ewc_changes_nothing_before_a_boundary(
-    tmp_path):
-  # Every EWC hyperparameter set, but no method: the same weights after
-  # updates and the same checkpoint as the defaults. With EWC on, before
-  # any boundary the penalty is exactly 0 and so are its gradients.
+def test_ewc_changes_nothing_before_a_boundary(tmp_path):
+  # Before any boundary the penalty is exactly 0 and so are its gradients:
+  # the same weights as without a method.
   default = make_policy()
-  off = make_policy(ewc_lambda=7.0, ewc_gamma=0.5, ewc_fisher_batches=3,
-                    ewc_fisher_frames=50, ewc_num_tasks=3)
-  on = make_policy(continual_method='ewc', ewc_num_tasks=3)
-  assert off.learner.continual is None and not off.replay_buffers()
+  on = make_policy(method=make_method(num_tasks=3))
+  assert default.method is None and not default.replay_buffers()
   for step in range(2):
     batch = random_batch(default, step)
-    results = [p.learn(batch) for p in (default, off, on)]
-  assert results[2]['loss/ewc'] == 0.0
-  assert 'loss/ewc' not in results[1]
-  for a, b, c in zip(default.get_weights(), off.get_weights(),
-                     on.get_weights()):
-    np.testing.assert_array_equal(a, b)
+    results = [p.learn(batch) for p in (default, on)]
+  assert results[1]['loss/ewc'] == 0.0
+  assert 'loss/ewc' not in results[0]
+  for a, c in zip(default.get_weights(), on.get_weights()):
     np.testing.assert_array_equal(a, c)
-  assert checkpoint_keys(default, str(tmp_path / 'a' / 'c')) == (
-      checkpoint_keys(off, str(tmp_path / 'b' / 'c')))
+  assert not any(k.startswith('continual/') for k in checkpoint_keys(
+      default, str(tmp_path / 'a' / 'c')))
   assert any(k.startswith('continual/') for k in checkpoint_keys(
       on, str(tmp_path / 'c' / 'c')))
 
@@ -264,9 +283,11 @@ def sequence_config(logdir, **kwargs):
   an update, 40 frames (2 updates) a task."""
   learner_config = learner_lib.LearnerConfig(
       batch_size=4, num_replay=0, unroll_length=5,
-      total_environment_frames=160, continual_method='ewc',
-      ewc_fisher_batches=2, ewc_fisher_frames=60, ewc_lambda=100.0)
+      total_environment_frames=160)
+  continual = methods.make_config('ewc', ewc_fisher_batches=2,
+                                  ewc_fisher_frames=60, ewc_lambda=100.0)
   return run_config.RunConfig(**{
+      'continual': continual,
       'env_name': 'gym:CartPole-v1,gym:Acrobot-v1', 'env_options': {},
       'algorithm': 'impala', 'agent_config': policy_lib.AgentConfig('mlp', 8),
       'learner_config': learner_config, 'logdir': str(logdir),
@@ -308,7 +329,7 @@ def test_boundaries_make_anchors_and_a_resume_keeps_them_bit_for_bit(
   assert all(value > 0.0 for step, value in penalties if step > 60)
   # A resume restores anchors, Fishers and counters bit for bit.
   saved = saved_tensors(tmp_path / 'whole', 'continual/')
-  restored = run_loop._Run(whole).policy.learner.continual
+  restored = run_loop._Run(whole).method.state
   # 2 slots of anchors and Fishers, their merged form, 3 scalars.
   assert len(saved) == 6 * len(restored.anchors[0]) + 3
   for name, value in saved.items():
@@ -323,7 +344,7 @@ def test_boundaries_make_anchors_and_a_resume_keeps_them_bit_for_bit(
   # matches the uninterrupted run bit for bit.
   parts = whole._replace(logdir=str(tmp_path / 'parts'))
   with monkeypatch.context() as patch:
-    patch.setattr(run_loop._Run, 'end_task', lambda self: None)
+    patch.setattr(run_loop._Run, 'consolidate', lambda self: None)
     assert run_loop.train(parts, max_updates=2).num_env_frames == 40
   assert saved_tensors(tmp_path / 'parts', 'continual/num_boundaries')[
       'continual/num_boundaries/.ATTRIBUTES/VARIABLE_VALUE'] == 0
@@ -349,16 +370,18 @@ def test_a_run_keeps_its_method_and_refuses_another(tmp_path):
   assert recorded['continual_method'] == 'ewc'
   assert recorded['ewc_fisher_frames'] == 60
   assert recorded['settings']['ewc_lambda'] == 100.0
-  lc = config.learner_config
+  continual = config.continual
   for method in ('none', 'online_ewc'):
-    other = config._replace(learner_config=lc._replace(
-        continual_method=method))
+    other = config._replace(continual=continual._replace(method=method))
     with pytest.raises(checkpoint_lib.CheckpointError,
                        match=f"continual_method='ewc', not '{method}'"):
       run_loop._Run(other)
   with pytest.raises(checkpoint_lib.CheckpointError, match='ewc_fisher_frames'):
-    run_loop._Run(config._replace(learner_config=lc._replace(
-        ewc_fisher_frames=80)))
+    run_loop._Run(config._replace(continual=continual._replace(
+        settings=continual.settings._replace(ewc_fisher_frames=80))))
+  with pytest.raises(checkpoint_lib.CheckpointError, match='task_boundaries'):
+    run_loop._Run(config._replace(continual=continual._replace(
+        task_boundaries='hidden')))
   with open(os.path.join(str(tmp_path), 'run.json')) as f:
     assert json.load(f) == recorded  # Nothing was rewritten.
   single = config._replace(env_name='gym:CartPole-v1',
@@ -392,12 +415,12 @@ SEQUENCE = '--env=minatar:Breakout,minatar:Freeway'
     ([SEQUENCE, '--frames_per_task=10', '--continual_method=online_ewc',
       '--ewc_gamma=0'], r'--ewc_gamma must be in \(0, 1\]'),
     ([SEQUENCE, '--frames_per_task=10', '--continual_method=ewc',
-      '--ewc_gamma=0.5'], '--ewc_gamma applies to '
-     '--continual_method=online_ewc'),
+      '--ewc_gamma=0.5'], '--ewc_gamma needs '
+     '--continual_method=online_ewc or pnc'),
     ([SEQUENCE, '--frames_per_task=10', '--continual_method=ewc',
       '--ewc_fisher_batches=0'], '--ewc_fisher_batches must be >= 1'),
     ([SEQUENCE, '--frames_per_task=10', '--ewc_lambda=5'],
-     '--ewc_lambda needs --continual_method=ewc or online_ewc'),
+     '--ewc_lambda needs --continual_method=ewc or online_ewc or pnc'),
     ([SEQUENCE, '--frames_per_task=10', '--algorithm=ppg',
       '--continual_method=ewc'], '--continual_method applies to '
      '--algorithm=impala only'),
@@ -414,20 +437,21 @@ def test_flags_reach_the_learner_and_a_resume_keeps_the_recorded_lambda(
                  '--continual_method=online_ewc', '--ewc_lambda=300',
                  '--ewc_gamma=0.9', '--ewc_fisher_batches=7',
                  '--ewc_fisher_frames=2000')
-  lc = config.learner_config
-  assert (lc.continual_method, lc.ewc_lambda, lc.ewc_gamma,
-          lc.ewc_fisher_batches, lc.ewc_fisher_frames) == (
-              'online_ewc', 300.0, 0.9, 7, 2000)
+  continual = config.continual
+  assert continual.method == 'online_ewc'
+  assert continual.settings == methods.METHODS['online_ewc'].Settings(
+      ewc_lambda=300.0, ewc_gamma=0.9, ewc_fisher_batches=7,
+      ewc_fisher_frames=2000)
   checkpoint_lib.check_run_identity(str(tmp_path),
                                     run_config.run_identity(config),
                                     run_config.run_settings(config))
   resumed = parse(SEQUENCE, '--frames_per_task=10', logdir,
-                  '--continual_method=online_ewc').learner_config
+                  '--continual_method=online_ewc').continual.settings
   assert (resumed.ewc_lambda, resumed.ewc_gamma,
           resumed.ewc_fisher_batches) == (300.0, 0.9, 7)
   changed = parse(SEQUENCE, '--frames_per_task=10', logdir,
                   '--continual_method=online_ewc', '--ewc_lambda=30')
-  assert changed.learner_config.ewc_lambda == 30.0
+  assert changed.continual.settings.ewc_lambda == 30.0
   # Without a method, run.json records no method and none of its settings.
   plain = parse(SEQUENCE, '--frames_per_task=10')
   assert not set(run_config.run_settings(plain)) & {

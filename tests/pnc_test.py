@@ -24,8 +24,10 @@ from clear.algorithms.pnc import policy as pnc_policy
 from clear.cli import configs
 from clear.cli import run_json
 from clear.cli import validation
+from clear.continual import clock as clock_lib
 from clear.continual import methods as continual_methods
 from clear.continual import pnc
+from clear.continual.methods import base
 from clear.runtime import evaluation
 from clear.runtime import run_config
 from clear.runtime import run_loop
@@ -233,38 +235,55 @@ def test_distillation_loss_matches_numpy_with_masked_actions():
 def test_phases_fall_where_hand_computed():
   progress, compress = pnc.PROGRESS, pnc.COMPRESS
   # 1M frames a visit, half and half.
+  visits = clock_lib.Clock.hidden(1_000_000)
   for frames, phase in [(0, progress), (499_999, progress),
                         (500_000, compress), (999_999, compress),
                         (1_000_000, progress), (1_499_360, progress),
                         (1_500_000, compress), (14_999_999, compress)]:
-    assert pnc.phase_at(frames, 1_000_000, 0.5) == phase, frames
+    assert pnc.phase_at(frames, visits.period_at(frames), 0.5) == phase, (
+        frames)
   # 640-frame updates: update 782 (from 500,480 frames) is the first to
   # compress; 781 (from 499,840) the last to progress.
-  assert pnc.phase_at(781 * 640, 1_000_000, 0.5) == progress
-  assert pnc.phase_at(782 * 640, 1_000_000, 0.5) == compress
+  assert pnc.phase_at(781 * 640, visits.period_at(0), 0.5) == progress
+  assert pnc.phase_at(782 * 640, visits.period_at(0), 0.5) == compress
   # 30% of 10 frames: offsets 0-2 progress, 3-9 compress.
-  assert [pnc.phase_at(f, 10, 0.3) for f in range(12, 24)] == (
+  tens = clock_lib.Clock.hidden(10)
+  assert [pnc.phase_at(f, tens.period_at(f), 0.3) for f in range(12, 24)] == (
       [progress] * 1 + [compress] * 7 + [progress] * 3 + [compress])
+  # Periods of their own lengths: 7 frames (offsets 0-3 progress), then 20
+  # (offsets 0-9).
+  period = clock_lib.Period(1, 7, 27)
+  assert [pnc.phase_at(f, period, 0.5) for f in (7, 16, 17, 26)] == [
+      progress, progress, compress, compress]
   assert pnc.compress_start(7, 0.5) == 4  # ceil(3.5)
   for bad in (0.0, 1.0, 1.5):
     with pytest.raises(ValueError, match='progress_fraction must be in'):
-      pnc.phase_at(0, 10, bad)
-  with pytest.raises(ValueError, match='frames must be >= 0'):
-    pnc.phase_at(-1, 10, 0.5)
+      pnc.phase_at(0, tens.period_at(0), bad)
+  with pytest.raises(ValueError, match='before the period'):
+    pnc.phase_at(6, period, 0.5)
 
 
 # --- The learner --------------------------------------------------------------
 
 
-def make_policy(seed=0, core_size=8, **kwargs):
-  """20 frames an update, 40 a visit: progress, then compress."""
-  config = impala_config.LearnerConfig(**{
-      'batch_size': 4, 'num_replay': 0, 'unroll_length': 5,
-      'continual_method': 'pnc', 'pnc_frames_per_task': 40,
-      'ewc_fisher_batches': 2, 'ewc_lambda': 50.0, **kwargs})
+def make_policy(seed=0, core_size=8, visit=40, **settings):
+  """20 frames an update, `visit` frames a visit of a task (a period):
+  progress, then compress."""
+  config = impala_config.LearnerConfig(batch_size=4, num_replay=0,
+                                       unroll_length=5)
+  method = continual_methods.METHODS['pnc'](
+      continual_methods.METHODS['pnc'].Settings(**{
+          'ewc_fisher_batches': 2, 'ewc_lambda': 50.0, **settings}),
+      base.Context(clock_lib.Clock.hidden(visit), 2, seed))
   return registry.make_policy('impala', CARTPOLE_SPEC,
-                                policy_lib.AgentConfig('mlp', core_size),
-                                config, seed=seed)
+                              policy_lib.AgentConfig('mlp', core_size),
+                              config, seed=seed, method=method)
+
+
+def end_visit(policy, index, task=None):
+  """Tells `policy` that period `index` (of 40 frames) has ended."""
+  return policy.consolidate(clock_lib.Period(index, 40 * index,
+                                             40 * (index + 1), task))
 
 
 def values(variables):
@@ -297,8 +316,8 @@ def visits_policy():
   """80 frames a visit: progress, progress, compress, compress; a
   feed-forward network (cheaper to trace: the other tests and the run's
   cover the recurrent core)."""
-  return make_policy(core_size=0, pnc_frames_per_task=80,
-                     ewc_fisher_frames=40, ewc_gamma=0.5)
+  return make_policy(core_size=0, visit=80, ewc_fisher_frames=40,
+                     ewc_gamma=0.5)
 
 
 @pytest.fixture(scope='module')
@@ -317,7 +336,7 @@ def mid_compress():
   kb, active = (policy.agent.knowledge_base_variables,
                 policy.agent.active_variables)
   kb_before = values(kb)
-  policy.end_task(1, 0, 'CartPole')
+  end_visit(policy, 0, 0)
   switch = moved(kb_before, kb), values(active)
   second = train_on(policy, range(4, 7))
   return policy, first, switch, second
@@ -377,14 +396,14 @@ def test_a_checkpoint_holds_all_of_pnc_and_resumes_bit_for_bit(
 
   def go_on(policy):
     steps = [stats for _, stats, *_ in train_on(policy, [7])]
-    steps.append(policy.end_task(2, 1, 'Acrobot'))
+    steps.append(end_visit(policy, 1, 1))
     steps.extend(stats for _, stats, *_ in train_on(policy, [8]))
     steps[1].pop('seconds')
     return steps
 
   path = checkpoint_lib.Checkpointer(str(tmp_path / 'checkpoints'),
                                      first.checkpointables()).save()
-  first.fisher_buffer.save(str(tmp_path / 'ewc_fisher'))
+  first.method.kept.buffer.save(str(tmp_path / 'ewc_fisher'))
   saved = set(tf.train.load_checkpoint(path).get_variable_to_shape_map())
   for prefix in ('agent/', 'pnc_agent/active/', 'pnc_agent/laterals/',
                  'pnc_agent/rng/', 'optimizer/', 'continual/anchors/',
@@ -396,10 +415,10 @@ def test_a_checkpoint_holds_all_of_pnc_and_resumes_bit_for_bit(
   assert checkpoint_lib.Checkpointer(
       str(tmp_path / 'checkpoints'),
       second.checkpointables()).restore_latest() == path
-  second.fisher_buffer.restore(
+  second.method.kept.buffer.restore(
       str(tmp_path / 'ewc_fisher'),
       run_loop.split_unrolls(policy_lib.example_batch(second, 5, 1))[0])
-  assert len(second.fisher_buffer) == len(first.fisher_buffer) == 8
+  assert len(second.method.kept.buffer) == len(first.method.kept.buffer) == 8
   expected, got = go_on(first), go_on(second)
   assert expected[0]['loss/ewc'] > 0  # Compress, away from the anchor.
   assert expected[1]['fisher_batches'] == 2
@@ -442,7 +461,7 @@ def test_without_reset_a_switch_keeps_the_active_column():
   for unroll in run_loop.split_unrolls(random_batch(policy, 3)):
     policy.observe([unroll])
   active = values(policy.agent.active_variables)
-  stats = policy.end_task(1, 0, 'CartPole')
+  stats = end_visit(policy, 0, 0)
   assert stats['active_column_reset'] == 0.0 and stats['fisher_batches'] == 2
   assert not any(moved(active, policy.agent.active_variables))
   assert int(policy.learner.knowledge_base_ewc.num_boundaries.numpy()) == 1
@@ -454,13 +473,13 @@ def test_compress_loss_is_the_kl_to_the_active_column_plus_online_ewc():
   kb = policy.agent.knowledge_base_variables
   for unroll in run_loop.split_unrolls(random_batch(policy, 7)):
     policy.observe([unroll])
-  stats = policy.end_task(1, 0, 'CartPole')
+  stats = end_visit(policy, 0, 0)
   assert stats['fisher_batches'] == 2 and stats['fisher_max'] > 0
   assert stats['active_column_reset'] == 1.0
   state = learner.knowledge_base_ewc
   for anchor, v in zip(state.anchors[0], kb):
     np.testing.assert_array_equal(anchor, v)
-  assert policy.end_task(1, 0, 'CartPole') == {}  # Once per switch.
+  assert end_visit(policy, 0, 0) == {}  # Once per switch.
   for v in kb:  # Away from the anchor.
     v.assign_add(0.1 * tf.random.normal(v.shape))
   batch = random_batch(policy, 8)
@@ -536,10 +555,11 @@ def test_evaluation_plays_the_knowledge_base_as_a_plain_agent():
   actor.set_weights(policy.get_weights())
   for a, b in zip(actor.get_weights(), policy.get_weights()):
     np.testing.assert_array_equal(a, b)
-  # A plain IMPALA policy refuses to learn 'pnc' with one column.
-  with pytest.raises(ValueError, match="continual_method='pnc' needs two"):
+  # A plain IMPALA policy refuses to learn with 'pnc', which brings its
+  # own policy.
+  with pytest.raises(ValueError, match="'pnc' trains its own policy"):
     impala_policy.ImpalaPolicy(CARTPOLE_SPEC, policy_lib.AgentConfig('mlp', 8),
-                            policy.learner.config)
+                               policy.learner.config, method=policy.method)
 
 
 # --- The run ------------------------------------------------------------------
@@ -550,9 +570,11 @@ def sequence_config(logdir, **kwargs):
   update, 80 frames (4 updates: 2 progress, 2 compress) a visit."""
   learner_config = impala_config.LearnerConfig(
       batch_size=4, num_replay=0, unroll_length=5,
-      total_environment_frames=160, continual_method='pnc',
-      ewc_fisher_batches=2, ewc_fisher_frames=60, ewc_lambda=100.0)
+      total_environment_frames=160)
+  continual = continual_methods.make_config(
+      'pnc', ewc_fisher_batches=2, ewc_fisher_frames=60, ewc_lambda=100.0)
   return run_config.RunConfig(**{
+      'continual': continual,
       'env_name': 'gym:CartPole-v1,gym:Acrobot-v1', 'env_options': {},
       'algorithm': 'impala', 'agent_config': policy_lib.AgentConfig('mlp', 8),
       'learner_config': learner_config, 'logdir': str(logdir),
@@ -611,7 +633,7 @@ def test_a_run_alternates_phases_and_a_resume_continues_bit_for_bit(
   # everything matches the uninterrupted run bit for bit.
   parts = whole._replace(logdir=str(tmp_path / 'parts'))
   with monkeypatch.context() as patch:
-    patch.setattr(run_loop._Run, 'end_task', lambda self: None)
+    patch.setattr(run_loop._Run, 'consolidate', lambda self: None)
     assert run_loop.train(parts, max_updates=4).num_env_frames == 80
   assert saved_tensors(tmp_path / 'parts', 'continual/num_boundaries')[
       'continual/num_boundaries/.ATTRIBUTES/VARIABLE_VALUE'] == 0
@@ -637,19 +659,18 @@ def test_a_pnc_run_records_its_schedule_and_refuses_another(tmp_path):
   recorded = checkpoint_lib.read_run_identity(str(tmp_path))
   assert (recorded['continual_method'], recorded['pnc_progress_fraction'],
           recorded['pnc_reset_active_column']) == ('pnc', 0.5, True)
-  lc = config.learner_config
+  continual = config.continual
   with pytest.raises(checkpoint_lib.CheckpointError,
                      match='pnc_progress_fraction'):
-    run_loop._Run(config._replace(learner_config=lc._replace(
-        pnc_progress_fraction=0.25)))
+    run_loop._Run(config._replace(continual=continual._replace(
+        settings=continual.settings._replace(pnc_progress_fraction=0.25))))
   with pytest.raises(checkpoint_lib.CheckpointError,
                      match="continual_method='pnc', not 'online_ewc'"):
-    run_loop._Run(config._replace(learner_config=lc._replace(
-        continual_method='online_ewc')))
+    run_loop._Run(config._replace(
+        continual=continual_methods.make_config('online_ewc')))
   # Other methods' actors build the run's own agent config.
-  for method in ('none', 'ewc', 'online_ewc'):
-    other = config._replace(learner_config=lc._replace(
-        continual_method=method))
+  for method in ('none', 'ewc', 'online_ewc', 'l2'):
+    other = config._replace(continual=continual_methods.make_config(method))
     assert continual_methods.actor_agent_config(other) is other.agent_config
   assert continual_methods.actor_agent_config(config).pnc_columns
 
@@ -691,13 +712,14 @@ def test_bad_flags_get_one_clear_message(args, message):
 
 
 def test_flags_reach_the_learner():
-  lc = parse(*SEQUENCE, '--continual_method=pnc', '--ewc_gamma=0.9',
-             '--ewc_lambda=200', '--pnc_progress_fraction=0.25',
-             '--nopnc_reset_active_column',
-             '--replay_proportion=0').learner_config
-  assert (lc.continual_method, lc.ewc_gamma, lc.ewc_lambda,
-          lc.pnc_progress_fraction, lc.pnc_reset_active_column,
-          lc.num_replay) == ('pnc', 0.9, 200.0, 0.25, False, 0)
-  defaults = parse(*SEQUENCE, '--continual_method=pnc').learner_config
+  config = parse(*SEQUENCE, '--continual_method=pnc', '--ewc_gamma=0.9',
+                 '--ewc_lambda=200', '--pnc_progress_fraction=0.25',
+                 '--nopnc_reset_active_column', '--replay_proportion=0')
+  settings = config.continual.settings
+  assert (config.continual.method, settings.ewc_gamma, settings.ewc_lambda,
+          settings.pnc_progress_fraction, settings.pnc_reset_active_column,
+          config.learner_config.num_replay) == ('pnc', 0.9, 200.0, 0.25,
+                                                False, 0)
+  defaults = parse(*SEQUENCE, '--continual_method=pnc').continual.settings
   assert (defaults.pnc_progress_fraction, defaults.pnc_reset_active_column,
           defaults.ewc_gamma, defaults.ewc_lambda) == (0.5, True, 0.99, 1.0)

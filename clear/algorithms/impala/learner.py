@@ -125,8 +125,8 @@ def entropy_cost_at(frames, start, end, total_frames):
   Returns:
     Scalar float32 tensor.
   """
-  progress = tf.minimum(1.0, tf.cast(frames, tf.float32) / float(total_frames))
-  return start + (end - start) * progress
+  share = tf.minimum(1.0, tf.cast(frames, tf.float32) / float(total_frames))
+  return start + (end - start) * share
 
 
 class ImpalaClearLearner(snt.Module):
@@ -336,8 +336,8 @@ class ImpalaClearLearner(snt.Module):
   def policy_and_baseline_loss(self, batch: types.Unroll):
     """The policy-gradient plus weighted baseline loss of a batch of fresh
     `[T + 1, B]` unrolls (no entropy, no cloning), through the same
-    re-unroll, alignment and V-trace as an update: what a method's Fisher
-    is the squared gradient of. Scalar."""
+    re-unroll, alignment and V-trace as an update, for a method that
+    weighs the weights by the squared gradients of this loss. Scalar."""
     _, _, _, extra = self._clear_loss(batch, 0, 0.0, 0.0, 0.0)
     return extra.policy_gradient + self.config.baseline_cost * extra.baseline
 

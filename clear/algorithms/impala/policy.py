@@ -65,8 +65,8 @@ class ImpalaPolicy(policy_lib.Policy):
     if learner_config is not None:
       if method is not None and method.policy_class(type(self)) is not type(
           self):
-        raise ValueError(f'ImpalaPolicy: continual_method={method.NAME!r} '
-                         'trains its own policy: build it with '
+        raise ValueError(f'ImpalaPolicy: the method {method.NAME!r} trains '
+                         'its own policy: build it with '
                          'registry.make_policy.')
       self.method = method
       self.learner = learner_lib.ImpalaClearLearner(self.agent,

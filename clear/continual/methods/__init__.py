@@ -23,7 +23,7 @@ active column to learn and the knowledge base to distil it on MinAtar and
 Atari alike.
 """
 
-from typing import Dict, NamedTuple, Optional
+from typing import Dict, NamedTuple, Optional, Tuple
 
 from clear import checkpoint as checkpoint_lib
 from clear.continual import clock as clock_lib
@@ -171,7 +171,7 @@ def make_clock(config: ContinualConfig, schedule) -> clock_lib.Clock:
   return clock_lib.Clock.given(schedule)
 
 
-def make_method(config, schedule, stacked_frames: int = 0
+def make_method(config, schedule, stacked_frames: Tuple[str, ...] = ()
                 ) -> Optional[base.Method]:
   """The method of run config `config` (None for 'none').
 
@@ -179,7 +179,7 @@ def make_method(config, schedule, stacked_frames: int = 0
     config: the run's `clear.runtime.run_config.RunConfig`.
     schedule: its `clear.continual.schedule.TaskSchedule`, or None for a
       single env.
-    stacked_frames: the env spec's stacked frames.
+    stacked_frames: the env spec's stacked observations, by name.
 
   Raises:
     CheckpointError: the logdir holds a run of another method (also 'none'
@@ -202,5 +202,5 @@ def make_method(config, schedule, stacked_frames: int = 0
                      'sequence (a comma-separated env).')
   context = base.Context(make_clock(continual, schedule),
                          len(schedule.unique_task_names), config.seed,
-                         stacked_frames)
+                         tuple(stacked_frames))
   return cls(continual.settings, context)

@@ -58,12 +58,13 @@ class Context(NamedTuple):
     num_tasks: the sequence's distinct tasks (under hidden boundaries too:
       evaluation knows them; a method that keeps a slot per task reads it).
     seed: the run's seed.
-    stacked_frames: the env spec's stacked frames (for kept unrolls).
+    stacked_frames: the env spec's stacked observations, by name (for
+      kept unrolls).
   """
   clock: clock_lib.Clock
   num_tasks: int
   seed: int
-  stacked_frames: int = 0
+  stacked_frames: Tuple[str, ...] = ()
 
 
 class Method(abc.ABC):
