@@ -10,10 +10,11 @@ evaluation curve of that task (`<tag_prefix><task>/return`, by default
 writes), and a panel of the runs' training returns (`episode/<env>/return`,
 smoothed like TensorBoard). The x-axis is total env frames: the summaries'
 step. Where a run's logdir holds a `tasks.json` (see
-`clear.continual.schedule`: {"tasks": [...], "frames_per_task": N,
-"num_cycles": k}), the segments of the task sequence are drawn: in a task's
-panel its training segments are shaded, and every panel marks the
-boundaries (from the first run that has the file).
+`clear.continual.schedule`), the segments of the task sequence are drawn
+at their boundaries: in a task's panel its training segments are shaded,
+and every panel marks the boundaries (from the first run that has the
+file; a run whose segments differ, random lengths of another seed, has its
+switches marked in its colour).
 
 With `--baselines=path.json` (`clear.continual.metrics.read_baselines`:
 per task a random and a single-task return and the single-task curve)
@@ -498,6 +499,11 @@ def plot_runs(runs: Sequence[Run], out: str, smoothing: float = 0.6,
       elif name == panel:
         ax.axvspan(segment.start, segment.end, color='0.88', lw=0)
       ax.axvline(segment.start, color='0.6', lw=0.6, ls=':')
+    for i, run in enumerate(runs):  # Other schedules' switches.
+      for segment in (run.schedule.boundaries()[1:] if run.schedule not in
+                      (None, schedule) else ()):
+        ax.axvline(segment.start, color=colors[color_of[i] % len(colors)],
+                   lw=0.6, ls=':')
     means = []  # With groups: the values of this panel's mean lines.
     if panel == 'normalized' and groups:
       for g, (method, members) in enumerate(groups.items()):

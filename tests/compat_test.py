@@ -205,6 +205,28 @@ def test_logdir_of_an_earlier_version_tests_and_resumes(name, tmp_path):
     assert printed['num_episodes'] == written['num_episodes'] == 2
 
 
+def test_a_sequence_of_an_earlier_version_has_equal_segments(tmp_path):
+  # Its run.json and tasks.json name no segment lengths: they are equal, its
+  # identity is this version's with --segment_lengths=equal, and a resume
+  # with random lengths is refused before anything is written.
+  logdir = str(tmp_path / 'impala_sequence')
+  shutil.copytree(os.path.join(FIXTURES, 'impala_sequence'), logdir)
+  run_flags = RUNS['impala_sequence'][0]
+  equal = config_from(logdir, *run_flags)
+  assert run_config.task_schedule(equal).boundaries() == [
+      (0, 1500, 0), (1500, 3000, 1)]
+  with open(os.path.join(logdir, 'tasks.json')) as f:
+    assert run_config.task_schedule(equal).to_json() == json.load(f)
+  checkpoint_lib.verify_run_identity(logdir, run_config.run_identity(equal))
+  before = files_of(logdir)
+  random = config_from(logdir, *run_flags, '--segment_lengths=random')
+  with pytest.raises(checkpoint_lib.CheckpointError,
+                     match="made with segment_lengths='equal', not "
+                           "'random'.*--segment_lengths=equal"):
+    run_loop.train(random)
+  assert files_of(logdir) == before
+
+
 # The settings of earlier versions that this one no longer has, at the
 # values every run had unless they were set (the ones this version runs),
 # as run.json's `flags` records them.
@@ -343,6 +365,7 @@ def test_the_kept_runs_still_resume_as_they_are(path, tmp_path, caplog):
     config = configs.config_from_flags(flags.FLAGS)
   checkpoint_lib.verify_run_identity(logdir, run_config.run_identity(config))
   run_config.check_removed_settings(saved, path)
+  run_config.check_segment_lengths(config, saved, path)
   said = [r.getMessage() for r in caplog.records
           if any(name in r.getMessage() for name in REMOVED_AT_DEFAULTS)]
   assert not said

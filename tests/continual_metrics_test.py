@@ -402,3 +402,62 @@ def test_cora_metrics_of_a_task_that_always_returns_zero():
       _history(frames, A=[0.0, 8.0, 2.0], B=[1.0, 2.0, 4.0]), schedule)
   assert continual_metrics.cora_rescaled([zero, moving]) == [
       (0.0, pytest.approx(0.25)), (pytest.approx(0.75), pytest.approx(0.25))]
+
+
+# --- Unequal segments ---------------------------------------------------------
+
+
+def test_metrics_of_unequal_segments_hand_computed():
+  # A trains [0, 60), B [60, 200) (frames_per_task 100, the mean length);
+  # evaluations at 0, 60, 120 and 200.
+  schedule = schedule_lib.TaskSchedule(['A', 'B'], 100,
+                                       segment_frames=[60, 140])
+  frames = [0, 60, 120, 200]
+  a = [0.0, 6.0, 4.0, 2.0]
+  b = [1.0, 2.0, 5.0, 9.0]
+  reference = {'A': [(0, 0.0), (100, 10.0)],
+               'B': [(0, 0.0), (70, 7.0), (140, 7.0), (200, 10.0)]}
+  normalization = {'A': (0.0, 10.0), 'B': (0.0, 10.0)}
+  metrics = continual_metrics.forgetting_metrics(
+      _history(frames, A=a, B=b), schedule, reference, normalization)
+  entry_a, entry_b = metrics['per_task']['A'], metrics['per_task']['B']
+  # A's training ends at 60: 6 there, 2 at the end.
+  assert entry_a['end_of_training_frames'] == 60
+  assert entry_a['forgetting'] == 4.0
+  assert entry_a['forgetting_per_visit'] == 4.0
+  # CORA: A's forgetting by segment 1 pairs e(60) and e(200), over A's
+  # scale 6: (6 - 2) / 6 (segment 1 taken as [100, 200) would pair e(100) =
+  # the evaluation at 120: (4 - 2) / 6).
+  assert entry_a['cora_isolated_forgetting_by_segment'] == {
+      '1': pytest.approx(2 / 3)}
+  # B is first trained in segment 1 (its start, 60, is not past 100):
+  # transfer from segment 0 pairs e(0) and e(60), over B's scale 9.
+  assert entry_b['cora_zero_shot_transfer_by_segment'] == {
+      '0': pytest.approx(1 / 9)}
+  assert entry_b['cora_isolated_forgetting_by_segment'] == {}
+  assert metrics['cora_isolated_forgetting'] == pytest.approx(2 / 3)
+  assert metrics['cora_zero_shot_transfer'] == pytest.approx(1 / 9)
+  # Forward transfer against the reference's first 60 frames for A, its
+  # first 140 for B (the lengths of their first segments).
+  # A on [0, 60]: 0 to .6, mean .3; the reference on [0, 60]: 0 to .6,
+  # mean .3: no transfer (against its first 100 frames, mean .5, it would
+  # be -.4).
+  assert metrics['forward_transfer']['A'] == pytest.approx(0.0)
+  # B on [60, 200]: .2, .5 at 120, .9 at 200: (21 + 56) / 140 = .55; the
+  # reference on [0, 140]: 0 to .7 by 70, then .7: (24.5 + 49) / 140 =
+  # .525. FT = .025 / .475.
+  assert metrics['forward_transfer']['B'] == pytest.approx(1 / 19)
+  assert metrics['schedule']['segment_frames'] == [60, 140]
+
+
+def test_cora_pairs_of_a_random_schedule_follow_its_boundaries():
+  schedule = schedule_lib.TaskSchedule.with_random_lengths(
+      ['A', 'B', 'C'], 100, 1, seed=0)
+  starts = [s.start for s in schedule.boundaries()] + [300]
+  # An evaluation at every boundary, and one between each two.
+  frames = np.array(sorted(starts + [(x + y) // 2 for x, y in
+                                     zip(starts, starts[1:])]))
+  forgetting, transfer = continual_metrics.cora_pairs(frames, 1, schedule)
+  index = {int(f): i for i, f in enumerate(frames)}
+  assert forgetting == {2: (index[starts[2]], index[300])}
+  assert transfer == {0: (index[0], index[starts[1]])}

@@ -77,6 +77,127 @@ def test_tasks_json_round_trip(tmp_path):
     schedule_lib.read_tasks_json(logdir)
 
 
+def test_schedule_of_unequal_segments():
+  # A [0, 60), B [60, 200), A [200, 330), B [330, 400).
+  schedule = schedule_lib.TaskSchedule(['A', 'B'], 100, num_cycles=2,
+                                       segment_frames=[60, 140, 130, 70])
+  assert schedule.total_frames == 400 and schedule.num_segments == 4
+  assert schedule.segment_frames == (60, 140, 130, 70)
+  table = [  # frames, segment, task, segment end
+      (0, 0, 0, 60), (59, 0, 0, 60), (60, 1, 1, 200), (199, 1, 1, 200),
+      (200, 2, 0, 330), (329, 2, 0, 330), (330, 3, 1, 400),
+      (400, 3, 1, 400), (1000, 3, 1, 400)]
+  for frames, segment, task, end in table:
+    assert schedule.segment_index(frames) == segment, frames
+    assert schedule.task_at(frames) == task, frames
+    assert schedule.segment_end(frames) == end, frames
+  assert schedule.segment_at(250) == schedule_lib.Segment(200, 330, 0)
+  assert schedule.segment_at(5000) == schedule_lib.Segment(330, 400, 1)
+  assert schedule.boundaries() == [(0, 60, 0), (60, 200, 1), (200, 330, 0),
+                                   (330, 400, 1)]
+  assert schedule.segments_of('B') == [(60, 200, 1), (330, 400, 1)]
+  assert schedule.training_end('A') == 330
+  assert schedule.training_end('B') == 400
+  # The lengths are recorded, and read back.
+  assert schedule.to_json() == {'tasks': ['A', 'B'], 'frames_per_task': 100,
+                                'num_cycles': 2,
+                                'segment_frames': [60, 140, 130, 70]}
+  assert schedule_lib.TaskSchedule.from_json(schedule.to_json()) == schedule
+  assert schedule != schedule_lib.TaskSchedule(['A', 'B'], 100, 2)
+  # Lengths all equal to frames_per_task are the equal schedule.
+  same = schedule_lib.TaskSchedule(['A', 'B'], 100, 1, [100, 100])
+  assert same.to_json() == schedule_lib.TaskSchedule(['A', 'B'],
+                                                     100).to_json()
+  # The equal schedule's segment_at.
+  assert schedule_lib.TaskSchedule(['A', 'B'], 100).segment_at(
+      150) == schedule_lib.Segment(100, 200, 1)
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    (dict(segment_frames=[60, 140]), 'one length per segment'),
+    (dict(segment_frames='60,140,130,70'), 'one length per segment'),
+    (dict(segment_frames=[60, 0, 130, 70]), 'segment_frames must be an int'),
+    (dict(random_seed=3), 'random_seed needs the segment_frames'),
+    (dict(segment_frames=[60, 140, 130, 70], random_seed='3'),
+     'random_seed must be an int'),
+])
+def test_schedule_bad_segment_frames(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    schedule_lib.TaskSchedule(['A', 'B'], 100, 2, **kwargs)
+
+
+def test_random_segment_frames():
+  lengths = schedule_lib.random_segment_frames(1000, 4, seed=3)
+  # Pinned: a change of the draw would move the segments of runs that
+  # resume.
+  assert lengths == [1012, 1097, 686, 1205]
+  # u_k ~ Uniform(0.5, 1.5) from the run's seed plus the offset; each
+  # segment 1 + floor(u_k / sum(u) * (4000 - 4)), the last the rest.
+  u = np.random.default_rng(3 + schedule_lib.SEGMENT_SEED_OFFSET).uniform(
+      0.5, 1.5, 4)
+  assert np.all((u >= 0.5) & (u < 1.5))
+  expected = [1 + int(np.floor(x / u.sum() * 3996)) for x in u[:3]]
+  assert lengths == expected + [4000 - sum(expected)]
+  # A pure function of its arguments; another seed draws others.
+  assert schedule_lib.random_segment_frames(1000, 4, 3) == lengths
+  assert schedule_lib.random_segment_frames(1000, 4, 4) != lengths
+  for seed in range(20):
+    drawn = schedule_lib.random_segment_frames(100, 6, seed)
+    assert sum(drawn) == 600 and len(drawn) == 6
+    # Within the spread: 100 u / mean(u) lies in (100 / 3, 300).
+    assert all(33 <= n <= 300 for n in drawn), drawn
+  # Every segment gets a frame, however short the segments.
+  assert schedule_lib.random_segment_frames(1, 3, 0) == [1, 1, 1]
+  assert min(schedule_lib.random_segment_frames(2, 5, 1)) >= 1
+  assert sum(schedule_lib.random_segment_frames(2, 5, 1)) == 10
+  with pytest.raises(ValueError, match='seed must be an int >= 0'):
+    schedule_lib.random_segment_frames(100, 2, -1)
+  with pytest.raises(ValueError, match='frames_per_task must be an int'):
+    schedule_lib.random_segment_frames(0, 2, 0)
+
+
+def test_a_random_schedule_is_rebuilt_from_its_arguments_and_tasks_json(
+    tmp_path):
+  schedule = schedule_lib.TaskSchedule.with_random_lengths(
+      ['A', 'B', 'C'], 1000, num_cycles=2, seed=3)
+  assert schedule.segment_frames == tuple(
+      schedule_lib.random_segment_frames(1000, 6, 3))
+  assert schedule.total_frames == 6000  # The equal schedule's budget.
+  assert schedule.random_seed == 3 and schedule.frames_per_task == 1000
+  assert schedule == schedule_lib.TaskSchedule.with_random_lengths(
+      ['A', 'B', 'C'], 1000, 2, 3)
+  assert schedule != schedule_lib.TaskSchedule.with_random_lengths(
+      ['A', 'B', 'C'], 1000, 2, 4)
+  ends = np.cumsum(schedule.segment_frames)
+  assert [s.end for s in schedule.boundaries()] == list(ends)
+  assert schedule.segment_at(int(ends[2])) == schedule_lib.Segment(
+      int(ends[2]), int(ends[3]), 0)
+  logdir = str(tmp_path / 'run')
+  path = schedule_lib.write_tasks_json(logdir, schedule)
+  with open(path) as f:
+    assert json.load(f) == {
+        'tasks': ['A', 'B', 'C'], 'frames_per_task': 1000, 'num_cycles': 2,
+        'segment_lengths': 'random', 'seed': 3,
+        'segment_frames': list(schedule.segment_frames)}
+  assert schedule_lib.read_tasks_json(logdir) == schedule
+  # An old tasks.json, without the keys, is the equal schedule.
+  with open(path, 'w') as f:
+    f.write('{"tasks": ["A", "B"], "frames_per_task": 50, "num_cycles": 1}')
+  old = schedule_lib.read_tasks_json(logdir)
+  assert old.boundaries() == [(0, 50, 0), (50, 100, 1)]
+  assert old.random_seed is None
+  with open(path, 'w') as f:
+    f.write('{"tasks": ["A", "B"], "frames_per_task": 50, '
+            '"segment_lengths": "random", "seed": 1}')
+  with pytest.raises(ValueError, match='needs the "segment_frames"'):
+    schedule_lib.read_tasks_json(logdir)
+  with open(path, 'w') as f:
+    f.write('{"tasks": ["A", "B"], "frames_per_task": 50, '
+            '"segment_lengths": "sometimes"}')
+  with pytest.raises(ValueError, match='"segment_lengths" must be one of'):
+    schedule_lib.read_tasks_json(logdir)
+
+
 # --- History ----------------------------------------------------------------
 
 

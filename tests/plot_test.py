@@ -94,6 +94,33 @@ def test_render_two_runs(runs, tmp_path):
     plot.load_runs(logdirs[:1], ['a', 'b'])
 
 
+def test_unequal_segments_are_drawn_at_their_boundaries(tmp_path,
+                                                       monkeypatch):
+  # Two runs of random lengths: a's segments [0, 60), [60, 200) shade the
+  # panels; b's switch (at 130) is marked in b's colour.
+  logdirs = [str(tmp_path / 'a'), str(tmp_path / 'b')]
+  for logdir, lengths in zip(logdirs, ([60, 140], [130, 70])):
+    _write_run(logdir, 0.0, False)
+    schedule_lib.write_tasks_json(logdir, schedule_lib.TaskSchedule(
+        TASKS, 100, segment_frames=lengths))
+  figures = []
+  plt = plot._pyplot()
+  monkeypatch.setattr(plt, 'close', figures.append)
+  plot.plot_runs(plot.load_runs(logdirs), str(tmp_path / 'fig.png'))
+  [figure] = figures
+  colors = plt.rcParams['axes.prop_cycle'].by_key()['color']
+  for ax in figure.axes[:2]:
+    spans = [(p.get_x(), p.get_x() + p.get_width()) for p in ax.patches]
+    # CartPole's panel shades its segment, Acrobot's its own.
+    assert spans == ([(0, 60)] if ax.get_title() == TASKS[0] else
+                     [(60, 200)]), (ax.get_title(), spans)
+    lines = {(line.get_xdata()[0], line.get_color()) for line in ax.lines
+             if line.get_linestyle() == ':'}
+    assert lines == {(0, '0.6'), (60, '0.6'), (130, colors[1])}
+  monkeypatch.undo()
+  plt.close(figure)
+
+
 def test_eval_history_and_normalised_curve_from_event_files(runs):
   logdirs, expected = runs
   run = plot.load_run(logdirs[0])

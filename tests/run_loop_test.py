@@ -484,6 +484,50 @@ def test_a_task_sequence_switches_tasks_evaluates_and_writes_metrics(
       (evals[1] - evals[2]) / max(map(abs, evals)))
 
 
+def test_a_random_length_sequence_resumed_mid_segment_continues_exactly(
+    tmp_path):
+  # Seed 2 draws segments of 150 and 90 frames around 120; an update is 40
+  # frames, so the switch comes at 160 (at 120 with equal lengths). The
+  # parts stop at 40 and at 120, inside the first segment, where an equal
+  # schedule would switch: each resume rebuilds the same lengths from the
+  # config and goes on as the whole run did, through the switch. (MinAtar:
+  # its envs' snapshots hold their whole random state.)
+  tasks = ('minatar:Breakout', 'minatar:Asterix')
+  whole = make_config(tmp_path / 'whole', backend='inline', seed=2,
+                      num_replay=0, batch_size=4, unroll_length=10,
+                      env_name=','.join(tasks),
+                      agent_config=policy_lib.AgentConfig('minatar', 8),
+                      frames_per_task=120, segment_lengths='random',
+                      total_environment_frames=240, eval_episodes=1,
+                      eval_max_steps=10)
+  assert run_config.task_schedule(whole).segment_frames == (150, 90)
+  run_loop.train(whole)
+  parts = whole._replace(logdir=str(tmp_path / 'parts'))
+  assert run_loop.train(parts, max_updates=1).num_env_frames == 40
+  assert run_loop.train(parts, max_updates=2).num_env_frames == 120
+  assert run_loop.train(parts).num_env_frames == 240
+  for logdir in ('whole', 'parts'):
+    for task in tasks:
+      steps = [step for step, _ in scalar_series(tmp_path / logdir,
+                                                 f'eval/{task}/return')]
+      assert steps == [0, 160, 240], (logdir, task, steps)
+  expected = scalar_series(tmp_path / 'whole', 'loss/total')
+  assert len(expected) == 6
+  assert scalar_series(tmp_path / 'parts', 'loss/total') == expected
+  with open(os.path.join(str(tmp_path / 'parts'), 'tasks.json')) as f:
+    recorded = json.load(f)
+  assert (recorded['segment_lengths'], recorded['seed'],
+          recorded['segment_frames']) == ('random', 2, [150, 90])
+  # Resuming with equal lengths is refused before anything is written.
+  before = sorted(os.listdir(str(tmp_path / 'parts')))
+  with pytest.raises(checkpoint_lib.CheckpointError,
+                     match="made with segment_lengths='random', not 'equal'"):
+    run_loop.train(parts._replace(
+        segment_lengths='equal', learner_config=parts.learner_config._replace(
+            total_environment_frames=480), frames_per_task=240))
+  assert sorted(os.listdir(str(tmp_path / 'parts'))) == before
+
+
 def test_a_task_sequence_must_cover_the_total_frames(tmp_path):
   config = make_config(tmp_path, env_name='gym:CartPole-v1,gym:Acrobot-v1',
                        frames_per_task=100, total_environment_frames=150)

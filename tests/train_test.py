@@ -21,6 +21,7 @@ from clear.cli import configs
 from clear.cli import flags as cli_flags
 from clear.cli import run_json
 from clear.cli import validation
+from clear.continual import schedule as schedule_lib
 from clear.runtime import run_config
 from clear.runtime import run_loop
 
@@ -128,6 +129,8 @@ def test_a_sequence_trains_each_task_on_its_own_envs(tmp_path, backend):
       '--num_task_cycles=-1'], '--num_task_cycles must be >= 1 (got -1)'),
     (['--env=gym:CartPole-v1,gym:Acrobot-v1', '--frames_per_task=-5'],
      '--frames_per_task must be >= 1 for a sequence --env (got -5)'),
+    (['--env=gym:CartPole-v1,gym:Acrobot-v1', '--frames_per_task=10',
+      '--segment_lengths=sometimes'], 'flag --segment_lengths=sometimes:'),
 ])
 def test_bad_flags_give_one_message_and_no_traceback(args, message):
   result = run_binary(*args, timeout=120)
@@ -262,6 +265,11 @@ def test_unknown_game_gives_one_message_and_no_traceback(tmp_path):
     (['--env=gym:CartPole-v1,gym:Acrobot-v1'],
      '--frames_per_task must be >= 1'),
     (['--frames_per_task=100'], 'need a sequence --env'),
+    (['--segment_lengths=random'], '--segment_lengths=random needs a '
+     'sequence --env (comma-separated tasks).'),
+    (['--env=gym:CartPole-v1,gym:Acrobot-v1', '--frames_per_task=100',
+      '--segment_lengths=random', '--seed=-1'], '--segment_lengths=random '
+     'draws the lengths from --seed, which must then be >= 0 (got -1).'),
     (['--env=gym:CartPole-v1,gym:Acrobot-v1', '--frames_per_task=100',
       '--total_environment_frames=150'], 'leave it unset for a sequence'),
     (['--replay_buffer_size=8'], '--replay_buffer_size=8 holds fewer '
@@ -498,6 +506,66 @@ def test_run_settings_fill_the_flags_left_unset():
                                         'step_mul': 1}
   assert (settings.env_name, settings.env_options) == (
       'gym:CartPole-v0', saved['env_options'])
+
+
+def _sequence_config(*args):
+  with flagsaver.flagsaver():
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--env=gym:CartPole-v1,gym:Acrobot-v1',
+                 '--frames_per_task=100', '--num_task_cycles=2', *args])
+    run_json.keep_run_settings(flags.FLAGS)
+    validation.validate(flags.FLAGS)
+    return configs.config_from_flags(flags.FLAGS)
+
+
+def test_random_segment_lengths_are_part_of_the_run_identity(tmp_path):
+  equal = _sequence_config('--seed=3')
+  random = _sequence_config('--seed=3', '--segment_lengths=random')
+  assert (equal.segment_lengths, random.segment_lengths) == ('equal',
+                                                             'random')
+  # The same total as the equal schedule; the schedule a function of the
+  # config alone, so a resume rebuilds it.
+  assert random.learner_config.total_environment_frames == 400
+  schedule = run_config.task_schedule(random)
+  assert schedule == run_config.task_schedule(random)
+  assert schedule == schedule_lib.TaskSchedule.with_random_lengths(
+      ['gym:CartPole-v1', 'gym:Acrobot-v1'], 100, 2, 3)
+  assert schedule.total_frames == 400 and schedule.segment_frames != (
+      100,) * 4
+  assert run_config.task_schedule(equal) == schedule_lib.TaskSchedule(
+      ['gym:CartPole-v1', 'gym:Acrobot-v1'], 100, 2)
+  # run.json: an equal run's identity is the one it had before the flag
+  # existed; a random one names it and the seed of its lengths.
+  identity = run_config.run_identity(equal)
+  assert not {'segment_lengths', 'segment_seed'} & set(identity)
+  assert run_config.run_identity(random) == {
+      **identity, 'segment_lengths': 'random', 'segment_seed': 3}
+  # The same for its record of the flags.
+  assert 'segment_lengths' not in equal.flags
+  assert random.flags == {**equal.flags, 'segment_lengths': 'random'}
+  # A resume with the other mode is refused, either way, with the flag to
+  # give.
+  for made, other, recorded in ((random, equal, 'random'),
+                                (equal, random, 'equal')):
+    logdir = str(tmp_path / recorded)
+    checkpoint_lib.check_run_identity(logdir, run_config.run_identity(made))
+    path = os.path.join(logdir, 'run.json')
+    with open(path) as f:
+      saved = json.load(f)
+    run_config.check_segment_lengths(made, saved, path)
+    with pytest.raises(checkpoint_lib.CheckpointError, match=re.escape(
+        f'{path}: the run was made with segment_lengths={recorded!r}, not '
+        f'{other.segment_lengths!r}: its segments would move. Resume with '
+        f'--segment_lengths={recorded}, or use a new --logdir.')):
+      run_config.check_segment_lengths(other, saved, path)
+  # Test mode takes the lengths from run.json, as it takes the schedule.
+  with flagsaver.flagsaver():
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(['train', '--mode=test', f'--logdir={tmp_path / "random"}'])
+    run_json.read_run_settings(flags.FLAGS)
+    assert (flags.FLAGS.env, flags.FLAGS.frames_per_task,
+            flags.FLAGS.segment_lengths) == (
+                'gym:CartPole-v1,gym:Acrobot-v1', 100, 'random')
 
 
 def _atari_config(*args):

@@ -72,11 +72,15 @@ def torso_norm(f) -> str:
 # plays): left out of run.json's record of the flags.
 UNRECORDED_FLAGS = ('mode', 'logdir', 'record', 'record_overwrite',
                     'test_num_episodes')
+# clear.train flags recorded only when not at these values, so that a
+# record of the flags without them stands for those values.
+RECORDED_WHEN_NOT = {'segment_lengths': 'equal'}
 
 
 def recorded_flags(f) -> dict:
   """The values of clear.train's own flags (`cli_flags.FLAG_GROUPS`) that
-  shape the run, by name, after the run's recorded settings were kept."""
+  shape the run, by name, after the run's recorded settings were kept
+  (those of `RECORDED_WHEN_NOT` only when not at its value)."""
   names = [name for group in cli_flags.FLAG_GROUPS.groups()
            for name in group.names if name not in UNRECORDED_FLAGS]
   family = defaults.FAMILY_DEFAULTS.get(defaults.env_family(f.env))
@@ -85,6 +89,8 @@ def recorded_flags(f) -> dict:
     value = f[name].value
     if value is None and family is not None and name in family._fields:
       value = defaults.family_default(f, name)  # What the run uses.
+    if name in RECORDED_WHEN_NOT and value == RECORDED_WHEN_NOT[name]:
+      continue
     values[name] = value
   return values
 
@@ -138,7 +144,7 @@ def config_from_flags(f) -> run_config_lib.RunConfig:
       allow_empty_replay_on_resume=f.allow_empty_replay_on_resume,
       stop_on_nonfinite=f.stop_on_nonfinite, init_from=f.init_from,
       init_scope=f.init_scope, frames_per_task=f.frames_per_task,
-      num_task_cycles=f.num_task_cycles,
+      num_task_cycles=f.num_task_cycles, segment_lengths=f.segment_lengths,
       eval_interval_frames=f.eval_interval_frames,
       eval_episodes=f.eval_episodes, eval_max_steps=f.eval_max_steps,
       evaluator=f.evaluator, continual=continual_config(f),

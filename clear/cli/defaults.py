@@ -58,7 +58,8 @@ def family_default(f, name):
 
 
 def sequence_frames(f) -> int:
-  """Total frames of a task sequence: frames per task x tasks x cycles."""
+  """Total frames of a task sequence: frames per task x tasks x cycles
+  (random segment lengths sum to the same)."""
   return f.frames_per_task * len(f.env.split(',')) * f.num_task_cycles
 
 

@@ -22,6 +22,7 @@ from clear.algorithms import registry
 from clear.algorithms.impala import config as impala_config
 from clear.cli import flag_help
 from clear.continual import methods as continual_methods
+from clear.continual import schedule as schedule_lib
 from clear.replay import buffer as replay_lib
 from clear.runtime import run_config as run_config_lib
 
@@ -241,6 +242,14 @@ flags.DEFINE_integer('frames_per_task', 0,
                      'before the next (total = this x tasks x cycles).')
 flags.DEFINE_integer('num_task_cycles', 1,
                      'How many times a task sequence is trained through.')
+flags.DEFINE_enum('segment_lengths', 'equal',
+                  list(schedule_lib.SEGMENT_LENGTHS),
+                  'With a sequence --env: equal gives every segment (one '
+                  'visit of a task) --frames_per_task frames; random draws '
+                  'each length as u x --frames_per_task, u uniform in '
+                  '[0.5, 1.5] and seeded from --seed, scaled so the total '
+                  'is the same (docs/continual.md), so that switches do not '
+                  'fall on a fixed clock of frames.')
 flags.DEFINE_integer('eval_interval_frames', 0,
                      'Evaluate every task every this many frames (0: only '
                      'task sequences evaluate, at the start and at each task '

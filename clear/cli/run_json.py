@@ -33,8 +33,9 @@ NETWORK_FIELDS = ('algorithm', 'network', 'core_size', 'separate_critic',
 # from the flag of that name. Given with other values (or with --env), they
 # pick another env, allowed when its spaces are the same.
 ENV_OPTION_FLAGS = ('fixed_step_mul', 'step_mul', 'max_step_mul')
-# A task sequence's schedule, taken when the flags are not given.
-SEQUENCE_FIELDS = ('frames_per_task', 'num_task_cycles')
+# A task sequence's schedule, taken when the flags are not given (a
+# run.json records segment_lengths only when it is not 'equal').
+SEQUENCE_FIELDS = ('frames_per_task', 'num_task_cycles', 'segment_lengths')
 
 
 class RunSettings(NamedTuple):

@@ -152,6 +152,9 @@ def _sequence_problems(f):
   if f.num_task_cycles < 1:
     problems.append(f'--num_task_cycles must be >= 1 (got '
                     f'{f.num_task_cycles}).')
+  if f.segment_lengths == 'random' and f.seed < 0:
+    problems.append(f'--segment_lengths=random draws the lengths from '
+                    f'--seed, which must then be >= 0 (got {f.seed}).')
   if not problems and f['total_environment_frames'].present and (
       f.total_environment_frames != defaults.sequence_frames(f)):
     problems.append(
@@ -231,6 +234,9 @@ def validate(f) -> None:
     problems.extend(sequence_problems)
   elif f['frames_per_task'].present or f['num_task_cycles'].present:
     problems.append('--frames_per_task / --num_task_cycles need a sequence '
+                    '--env (comma-separated tasks).')
+  if not sequence and f.segment_lengths != 'equal':
+    problems.append(f'--segment_lengths={f.segment_lengths} needs a sequence '
                     '--env (comma-separated tasks).')
   if f.eval_interval_frames < 0 or f.eval_episodes < 1 or (
       f.eval_max_steps < 1):

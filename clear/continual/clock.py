@@ -74,10 +74,9 @@ class Clock:
       return Period(index, index * self._interval,
                     (index + 1) * self._interval)
     schedule = self._schedule
-    index = schedule.segment_index(frames)
-    segment = schedule.boundaries()[index]
+    segment = schedule.segment_at(frames)
     name = schedule.task_names[segment.task]
-    return Period(index, segment.start, segment.end,
+    return Period(schedule.segment_index(frames), segment.start, segment.end,
                   schedule.unique_task_names.index(name), name)
 
   def __repr__(self):

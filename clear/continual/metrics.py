@@ -10,14 +10,17 @@ Notation
 --------
 Tasks i are the distinct names of the sequence; N entries make up one
 cycle, and segment k (k = 0, 1, ...) trains entry k mod N on the frames
-[k D, (k + 1) D) (D = `frames_per_task`). p_i(t) is task i's mean
-evaluation return at an evaluation at frame t (the points of the
-history); T is task i's last evaluation. e(b) is the evaluation nearest
-frame b (the earlier one on a tie): a run evaluates every task at each
-segment switch, a batch's worth of frames after the boundary, so e(k D) is
-the evaluation at the start of segment k and e((k + 1) D) the one at its
-end. f_i is task i's first segment, t_i the frame at which its last
-segment ends, and t_i* = e(t_i) (so T when the run stopped before t_i).
+[b_k, b_(k+1)), the schedule's `boundaries()`: b_k = k D with equal
+segments (D = `frames_per_task`), the sum of the lengths before k with
+`--segment_lengths=random`. p_i(t) is task i's mean evaluation return at
+an evaluation at frame t (the points of the history); T is task i's last
+evaluation. e(b) is the evaluation nearest frame b (the earlier one on a
+tie): a run evaluates every task at each segment switch, a batch's worth
+of frames after the boundary, so e(b_k) is the evaluation at the start of
+segment k and e(b_(k+1)) the one at its end. f_i is task i's first
+segment, L_i = b_(f_i+1) - b_(f_i) its length, t_i the frame at which its
+last segment ends, and t_i* = e(t_i) (so T when the run stopped before
+t_i).
 A segment counts as *reached* when the run has an evaluation at or after
 its end; a task's next segment, when the run has not reached its start,
 counts as T.
@@ -59,9 +62,10 @@ the area above on p~, over the normalised tasks.
 Forward transfer (with single-task reference curves)
 ----------------------------------------------------
   FT_i = (AUC_i - AUC_ref_i) / (1 - AUC_ref_i)
-AUC_i is the mean of p~_i over task i's first segment [f_i D, f_i D + D]
-and AUC_ref_i the mean of the reference's p~ over [0, D] (`curve_auc`:
-the curve piecewise linear between evaluations); p~ uses the baselines
+AUC_i is the mean of p~_i over task i's first segment [b_(f_i),
+b_(f_i+1)] and AUC_ref_i the mean of the reference's p~ over [0, L_i], as
+many frames from the reference's start (`curve_auc`: the curve piecewise
+linear between evaluations); p~ uses the baselines
 when given, else min-max over the run's and the reference's returns of
 that task. None when AUC_ref_i = 1; omitted without a reference.
 
@@ -79,7 +83,7 @@ a method by the maximum over all of them, as CORA does).
 
 Isolated forgetting of task i by segment k (`cora_isolated_forgetting`):
 
-  IF_ik = (p_i(e(k D)) - p_i(e((k + 1) D))) / s_i
+  IF_ik = (p_i(e(b_k)) - p_i(e(b_(k+1)))) / s_i
 
 the drop of task i's return while segment k trains, for every reached
 segment k after f_i within the first C cycles (k < C N; C =
@@ -90,7 +94,7 @@ count too, as in CORA). Positive: the return fell.
 Zero-shot forward transfer to task i from segment p
 (`cora_zero_shot_transfer`):
 
-  ZT_ip = (p_i(e((p + 1) D)) - p_i(e(p D))) / s_i
+  ZT_ip = (p_i(e(b_(p+1))) - p_i(e(b_p))) / s_i
 
 the rise of task i's return while segment p trains, for every reached
 segment p before f_i (so tasks first trained in segment 0 have none).
@@ -297,8 +301,9 @@ def forward_transfer(
     first = schedule.segments_of(task)[0]
     auc = curve_auc(frames, _normalize(returns, low_high), first.start,
                     first.end)
+    # The reference over as many frames as the task's first segment.
     auc_ref = curve_auc(points[:, 0], _normalize(points[:, 1], low_high),
-                        0, schedule.frames_per_task)
+                        0, first.end - first.start)
     transfer[task] = (_value((auc - auc_ref) / (1 - auc_ref))
                       if auc_ref != 1 else None)
   return transfer
@@ -332,17 +337,19 @@ def cora_pairs(frames: np.ndarray, first_segment: int,
   segment `first_segment`, evaluated at `frames` (int `[N]`, N >= 1).
 
   Returns:
-    (forgetting, transfer): {segment k: (index of e(k D), index of
-    e((k + 1) D))} for the segments after `first_segment` and before
-    `cycles` * num_tasks (forgetting), and for the segments before it
-    (transfer); only segments whose end the evaluations reach.
+    (forgetting, transfer): {segment k: (index of e(b_k), index of
+    e(b_(k+1)))}, b_k the start of segment k in `schedule.boundaries()`,
+    for the segments after `first_segment` and before `cycles` *
+    num_tasks (forgetting), and for the segments before it (transfer);
+    only segments whose end the evaluations reach.
   """
-  n = schedule.frames_per_task
+  boundaries = schedule.boundaries()
   last = frames[-1]
 
   def pairs(segments):
-    return {k: (_nearest(frames, k * n), _nearest(frames, (k + 1) * n))
-            for k in segments if (k + 1) * n <= last}
+    return {k: (_nearest(frames, boundaries[k].start),
+                _nearest(frames, boundaries[k].end))
+            for k in segments if boundaries[k].end <= last}
 
   end = min(cycles * schedule.num_tasks, schedule.num_segments)
   return (pairs(range(first_segment + 1, end)),
@@ -375,7 +382,7 @@ def cora_metrics(history: history_lib.EvalHistory,
     if not len(frames):
       continue
     scale = float(np.max(np.abs(returns)))
-    first = schedule.segments_of(task)[0].start // schedule.frames_per_task
+    first = schedule.segment_index(schedule.segments_of(task)[0].start)
     forgetting, transfer = cora_pairs(frames, first, schedule, cycles)
     if scale == 0:
       notes.append(f'{task!r}: every evaluation returned 0, so CORA\'s '

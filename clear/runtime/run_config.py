@@ -57,6 +57,10 @@ class RunConfig(NamedTuple):
       'gym:A,gym:B'): frames each task trains for before the next one, and
       how often the sequence repeats (`total_environment_frames` must be
       their product times the number of tasks).
+    segment_lengths: for a task sequence, 'equal' (every segment
+      `frames_per_task` frames) or 'random' (lengths drawn around it from
+      `seed`, summing to the same total; see
+      `clear.continual.schedule.random_segment_frames`).
     eval_interval_frames: evaluate every task of the env every this many
       frames (0: only sequences evaluate, at each task's end).
     eval_episodes: episodes per task and evaluation.
@@ -97,6 +101,7 @@ class RunConfig(NamedTuple):
   init_scope: str = 'all'
   frames_per_task: int = 0
   num_task_cycles: int = 1
+  segment_lengths: str = 'equal'
   eval_interval_frames: int = 0
   eval_episodes: int = 10
   eval_max_steps: int = 27_000
@@ -134,6 +139,11 @@ def run_identity(config: RunConfig):
   if multitask.is_sequence(config.env_name):
     identity.update(frames_per_task=config.frames_per_task,
                     num_task_cycles=config.num_task_cycles)
+    # Only for random lengths (with the seed they are drawn from), so that
+    # a run.json without them stands for equal ones.
+    if config.segment_lengths != 'equal':
+      identity.update(segment_lengths=config.segment_lengths,
+                      segment_seed=config.seed)
   identity.update(continual_methods.identity(config.continual))
   return identity
 
@@ -220,16 +230,27 @@ def run_settings(config: RunConfig) -> Dict[str, object]:
 
 def task_schedule(config: RunConfig
                   ) -> Optional[schedule_lib.TaskSchedule]:
-  """The schedule of a task-sequence run, None for a single env.
+  """The schedule of a task-sequence run, None for a single env: a pure
+  function of its tasks, frames_per_task, num_task_cycles,
+  segment_lengths and (for random lengths) seed, so a resume rebuilds it.
 
   Raises:
-    ValueError: the schedule does not cover `total_environment_frames`.
+    ValueError: an unknown `segment_lengths`, or a schedule that does not
+      cover `total_environment_frames`.
   """
+  if config.segment_lengths not in schedule_lib.SEGMENT_LENGTHS:
+    raise ValueError(f'segment_lengths must be one of '
+                     f'{list(schedule_lib.SEGMENT_LENGTHS)}, got '
+                     f'{config.segment_lengths!r}.')
   if not multitask.is_sequence(config.env_name):
     return None
-  schedule = schedule_lib.TaskSchedule(
-      multitask.split_sequence(config.env_name), config.frames_per_task,
-      config.num_task_cycles)
+  tasks = multitask.split_sequence(config.env_name)
+  if config.segment_lengths == 'random':
+    schedule = schedule_lib.TaskSchedule.with_random_lengths(
+        tasks, config.frames_per_task, config.num_task_cycles, config.seed)
+  else:
+    schedule = schedule_lib.TaskSchedule(tasks, config.frames_per_task,
+                                         config.num_task_cycles)
   total = config.learner_config.total_environment_frames
   if schedule.total_frames != total:
     raise ValueError(
@@ -237,6 +258,27 @@ def task_schedule(config: RunConfig
         f'{schedule.total_frames:,} frames, but total_environment_frames is '
         f'{total:,}.')
   return schedule
+
+
+def check_segment_lengths(config: RunConfig,
+                          saved: Optional[Dict[str, object]], path: str):
+  """Refuses to resume a sequence run (run.json `saved`, read from `path`;
+  None: a new run) with other segment lengths than it was made with. A
+  run.json records `segment_lengths` only when it is not 'equal', so the
+  identity check alone would let 'equal' through against a random run.
+
+  Raises:
+    CheckpointError: naming the recorded value and the flag to give.
+  """
+  if saved is None or not multitask.is_sequence(config.env_name) or (
+      saved.get('env') != config.env_name):
+    return  # A new run, or another env: refused by the identity check.
+  recorded = saved.get('segment_lengths', 'equal')
+  if recorded != config.segment_lengths:
+    raise checkpoint_lib.CheckpointError(
+        f'{path}: the run was made with segment_lengths={recorded!r}, not '
+        f'{config.segment_lengths!r}: its segments would move. Resume with '
+        f'--segment_lengths={recorded}, or use a new --logdir.')
 
 
 def env_options_at(config: RunConfig, schedule, frames: int) -> dict:

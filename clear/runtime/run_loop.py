@@ -102,9 +102,10 @@ class _Run:
     self.accepted = False
     spec = run_config_lib.env_spec(config)
     self.schedule = run_config_lib.task_schedule(config)
-    run_config_lib.check_removed_settings(
-        checkpoint_lib.read_run_identity(config.logdir),
-        os.path.join(config.logdir, checkpoint_lib.RUN_FILE))
+    saved = checkpoint_lib.read_run_identity(config.logdir)
+    run_json = os.path.join(config.logdir, checkpoint_lib.RUN_FILE)
+    run_config_lib.check_removed_settings(saved, run_json)
+    run_config_lib.check_segment_lengths(config, saved, run_json)
     self.method = continual_methods.make_method(config, self.schedule,
                                                 spec.stacked_frames)
     saved_identity = checkpoint_lib.verify_run_identity(
@@ -566,7 +567,7 @@ def train(config: run_config_lib.RunConfig,
 
   Writes a checkpoint every `checkpoint_interval_s` and at the end (also
   when stopped early), so running the same config again resumes. A task
-  sequence switches the actors to the next task every `frames_per_task`
+  sequence switches the actors to the next task at each segment's end
   and evaluates every task at each switch. The learner's variables and
   updates live on `config.learner_device`.
 
