@@ -171,8 +171,10 @@ class GymEnv(single.SingleEnv):
       encoded = {name: _encode_attribute(value)
                  for name, value in vars(layer).items()}
       layers.append({k: v for k, v in encoded.items() if v is not None})
+    # The seed of the first reset too: an env built on a resume (one held
+    # for a task not visited yet) is built with another.
     return {'layers': snapshot.to_json_array(layers),
-            'seeded': np.array(self._seeded)}
+            'seeded': np.array(self._seeded), 'seed': np.array(self._seed)}
 
   def set_state(self, state):
     if not self._snapshots_supported():
@@ -187,6 +189,8 @@ class GymEnv(single.SingleEnv):
       for name, encoded in attributes.items():
         setattr(layer, name, _decode_attribute(encoded))
     self._seeded = bool(state['seeded'])
+    if 'seed' in state:  # States saved before it was kept lack it.
+      self._seed = int(state['seed'])
 
   def close(self):
     self._env.close()

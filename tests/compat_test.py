@@ -175,11 +175,12 @@ def test_logdir_of_an_earlier_version_tests_and_resumes(name, tmp_path):
     assert_same(saved, checkpoint_values(
         os.path.join(logdir, 'checkpoints', 'ckpt-2')), 'checkpoint values')
     # Every array comes back unchanged; inline actors now also hold the
-    # envs of the tasks they had not visited, built at their start.
+    # envs of the tasks they had not visited, built at their start, and
+    # gym envs keep the seed of their first reset.
     resaved = state_arrays(os.path.join(logdir, 'checkpoints', 'state-2'))
     added = [k for k in resaved if k not in saved_state]
-    assert all(k.startswith('actors.npz:') and '/held/task' in k
-               for k in added), added
+    assert all(k.startswith('actors.npz:') and (
+        '/held/task' in k or k.endswith('/seed')) for k in added), added
     assert_same(saved_state, {k: v for k, v in resaved.items()
                               if k in saved_state}, 'saved state')
     # (c) Two more updates, counted on from the saved ones.

@@ -21,6 +21,7 @@ from clear.cli import validation
 from clear.continual import clock as clock_lib
 from clear.continual import ewc
 from clear.continual import methods
+from clear.continual import pnc
 from clear.continual import schedule as schedule_lib
 from clear.continual.methods import base
 from clear.continual.methods import l2
@@ -78,6 +79,23 @@ def test_periods_are_the_segments_when_given_and_the_interval_when_hidden():
     hidden.period_at(-1)
   with pytest.raises(ValueError, match='give a schedule'):
     clock_lib.Clock.hidden(0)
+
+
+def test_pncs_phases_split_each_period_by_its_own_length():
+  # Random segment lengths with given boundaries: each visit's first half
+  # progresses, whatever its length.
+  schedule = schedule_lib.TaskSchedule.with_random_lengths(['a', 'b'], 100,
+                                                           1, seed=3)
+  first, second = schedule.boundaries()
+  assert first.end != 100  # Not the nominal length.
+  clock = clock_lib.Clock.given(schedule)
+  half = [first.start + (first.end - first.start + 1) // 2,
+          second.start + (second.end - second.start + 1) // 2]
+  for start, middle, end in ((first.start, half[0], first.end),
+                             (second.start, half[1], second.end)):
+    assert [pnc.phase_at(f, clock.period_at(f), 0.5)
+            for f in (start, middle - 1, middle, end - 1)] == [
+                pnc.PROGRESS, pnc.PROGRESS, pnc.COMPRESS, pnc.COMPRESS]
 
 
 # --- EWC without task identities ---------------------------------------------

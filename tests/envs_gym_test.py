@@ -70,6 +70,19 @@ def test_same_seed_is_reproducible():
   assert not np.array_equal(run(4), run(5))
 
 
+def test_a_state_saved_before_the_first_reset_keeps_its_seed():
+  # An env restored into one built with another seed (as a resume builds
+  # the envs of a task not visited yet) starts the episodes the saved one
+  # would have.
+  saved = envs.make('gym:CartPole-v1', num_envs=2, seed=4)
+  restored = envs.make('gym:CartPole-v1', num_envs=2, seed=5)
+  other = envs.make('gym:CartPole-v1', num_envs=2, seed=5)
+  restored.set_state(saved.get_state())
+  first = saved.reset().observation['vector']
+  np.testing.assert_array_equal(restored.reset().observation['vector'], first)
+  assert not np.array_equal(other.reset().observation['vector'], first)
+
+
 def test_dynamic_step_mul_repeats_action():
   env = envs.make('gym:Pendulum-v1', fixed_step_mul=False, max_step_mul=4)
   assert env.spec.action_spec[types.STEP_MUL_KEY] == types.DiscreteSpec(4)
