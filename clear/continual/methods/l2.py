@@ -8,6 +8,9 @@ period the weights become the anchor theta*, and every update adds
 with the same weight for every parameter, where EWC weighs each by its
 Fisher. Before the first consolidation there is no anchor and the penalty
 is 0. The gradient with respect to theta_i is lambda * (theta_i - theta*_i).
+
+The default lambda, 0.01, spreads evenly the total weight EWC's default
+penalty puts on one anchor (docs/continual.md#methods-built-for-forgetting).
 """
 
 import math
@@ -18,7 +21,7 @@ import tensorflow as tf
 from clear.continual.methods import base
 
 SETTINGS = (
-    base.Setting('l2_lambda', 1.0,
+    base.Setting('l2_lambda', 0.01,
                  'l2: lambda, the weight of the penalty lambda/2 sum '
                  '(theta - anchor)^2 toward the weights at the last '
                  'consolidation.'),
