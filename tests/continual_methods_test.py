@@ -10,6 +10,7 @@ import tensorflow as tf
 from absl import flags
 from absl.testing import flagsaver
 
+from clear import checkpoint as checkpoint_lib
 from clear import train
 from clear import types
 from clear.algorithms import policy as policy_lib
@@ -274,6 +275,17 @@ def test_l2_consolidates_on_the_clock_in_a_run_and_records_it(tmp_path):
   assert (identity['continual_method'], identity['task_boundaries'],
           identity['consolidation_interval_frames']) == ('l2', 'hidden', 30)
   assert run_config.run_settings(config)['l2_lambda'] == 10.0
+  # A resume must keep the boundaries: given ones are refused, naming the
+  # flag, and nothing is written.
+  with open(os.path.join(str(tmp_path), 'run.json')) as f:
+    before = f.read()
+  given = config._replace(continual=config.continual._replace(
+      task_boundaries='given'))
+  with pytest.raises(checkpoint_lib.CheckpointError,
+                     match='Resume with --task_boundaries=hidden'):
+    run_loop.train(given)
+  with open(os.path.join(str(tmp_path), 'run.json')) as f:
+    assert f.read() == before
 
 
 # --- The flags --------------------------------------------------------------

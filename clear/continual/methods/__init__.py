@@ -183,7 +183,8 @@ def make_method(config, schedule, stacked_frames: Tuple[str, ...] = ()
 
   Raises:
     CheckpointError: the logdir holds a run of another method (also 'none'
-      against one, which the identity check alone would let through).
+      against one, which the identity check alone would let through), or
+      with other task boundaries.
     ValueError: a method without a task sequence.
   """
   continual = config.continual
@@ -194,6 +195,14 @@ def make_method(config, schedule, stacked_frames: Tuple[str, ...] = ()
         f'The logdir {config.logdir} holds a run made with continual_method='
         f'{recorded!r}, not {continual.method!r}. Use a new --logdir or the '
         'original flags.')
+  boundaries = (saved or {}).get('task_boundaries', 'given')
+  if saved is not None and boundaries != continual.task_boundaries:
+    # The identity check alone would let a given-boundary resume through:
+    # run.json names the boundaries only when they are hidden.
+    raise checkpoint_lib.CheckpointError(
+        f'The logdir {config.logdir} holds a run made with task_boundaries='
+        f'{boundaries!r}, not {continual.task_boundaries!r}. Resume with '
+        f'--task_boundaries={boundaries}, or use a new --logdir.')
   cls = method_class(continual)
   if cls is None:
     return None
