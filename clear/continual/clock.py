@@ -37,6 +37,12 @@ class Period(NamedTuple):
   def length(self) -> int:
     return self.end - self.start
 
+  def ended(self) -> str:
+    """Its end, as a log line says it."""
+    if self.task is None:
+      return f'period {self.index} ended at {self.end:,} frames'
+    return f'task {self.task_name} ended (segment {self.index})'
+
 
 class Clock:
   """The periods of a run (see the module docstring); build it with

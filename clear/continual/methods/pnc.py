@@ -99,9 +99,7 @@ class Pnc(base.Method):
     if int(state.num_boundaries.numpy()) >= following:
       return {}
     start = time.monotonic()
-    what = (f'task {ended.task_name} ended (segment {ended.index})'
-            if ended.task is not None else
-            f'period {ended.index} ended at {ended.end:,} frames')
+    what = ended.ended()
     buffer = self.kept.buffer
     stats = {}
     if len(buffer):
