@@ -17,6 +17,7 @@ from typing import Optional
 from absl import flags
 
 import agents as agents_lib
+from clear import settings as settings_lib
 from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
 from clear.algorithms.impala import config as impala_config
@@ -230,11 +231,8 @@ flags.DEFINE_integer(
     'With --task_boundaries=hidden: frames between consolidations (the '
     'default comes from the methods, not the schedule: '
     'docs/continual.md#hidden-task-boundaries).')
-_METHOD_FLAG_TYPES = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer,
-                      float: flags.DEFINE_float, str: flags.DEFINE_string}
 for _setting in continual_methods.all_settings().values():
-  _METHOD_FLAG_TYPES[type(_setting.default)](_setting.name, _setting.default,
-                                             _setting.help)
+  settings_lib.define_flag(_setting)
 
 FLAG_GROUPS.heading('Task sequences, evaluation and test mode')
 flags.DEFINE_integer('frames_per_task', 0,
