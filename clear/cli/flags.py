@@ -10,8 +10,6 @@ else of clear reads them: `clear.cli.configs` turns them into configs.
 earlier version that this one no longer has.
 """
 
-import re
-import sys
 from typing import Optional
 
 from absl import flags
@@ -326,32 +324,11 @@ IMPALA_ONLY_FLAGS = ('discount_per', 'replay_proportion', 'replay_buffer_size',
                      'consolidation_interval_frames') + METHOD_FLAGS
 
 
-def _field_help(entry, field: str) -> str:
-  """The field's description from its module's or its class's docstring,
-  where fields are listed as `name [default]: text` or `a, b: text`."""
-  module = sys.modules[entry.config.__module__]
-  lines = ((module.__doc__ or '') + '\n' +
-           (entry.config.__doc__ or '')).splitlines()
-  header = re.compile(r'^(\s+)([\w ,]+(?:\[[^\]]*\][\w ,]*)*):\s*(.*)$')
-  for i, line in enumerate(lines):
-    match = header.match(line)
-    if not match:
-      continue
-    names = [n.strip() for n in re.sub(r'\[[^\]]*\]', '',
-                                       match.group(2)).split(',')]
-    if field not in names:
-      continue
-    indent, text = len(match.group(1)), [match.group(3)]
-    for follow in lines[i + 1:]:  # Continuation lines are indented more.
-      if not follow.strip() or len(follow) - len(follow.lstrip()) <= indent:
-        break
-      text.append(follow.strip())
-    return ' '.join(t for t in text if t)
-  return ''
-
-
 def _define_algorithm_flags():
-  """Defines `--<field>` for every port-specific config field.
+  """Defines `--<field>` for every port-specific config field, from the
+  config's declared settings (`SETTINGS`): the help of the first algorithm
+  (by name) that declares the field, then each algorithm's default. The
+  flag's default is None, the algorithm's own.
 
   Returns:
     {field: [algorithm names that have it]}.
@@ -360,25 +337,15 @@ def _define_algorithm_flags():
   for name, entry in sorted(registry.ALGORITHMS.items()):
     if name == 'impala':
       continue
-    for field, default in entry.config._field_defaults.items():
-      if field not in SHARED_FIELDS:
-        owners.setdefault(field, []).append((name, entry, default))
+    for setting in entry.config.SETTINGS:
+      if setting.name not in SHARED_FIELDS:
+        owners.setdefault(setting.name, []).append((name, setting))
   for field, entries in sorted(owners.items()):
-    defaults = [d for _, _, d in entries if d is not None]
-    described = next((h for h in (_field_help(e, field) for _, e, _ in entries)
-                      if h), '')
-    help_text = (f'{described} ' if described else '') + '(' + ', '.join(
-        f'{name}: {default!r}' for name, _, default in entries) + ')'
-    if defaults and all(isinstance(d, bool) for d in defaults):
-      flags.DEFINE_bool(field, None, help_text)
-    elif defaults and all(isinstance(d, int) and not isinstance(d, bool)
-                          for d in defaults):
-      flags.DEFINE_integer(field, None, help_text)
-    elif defaults and all(isinstance(d, str) for d in defaults):
-      flags.DEFINE_string(field, None, help_text)
-    else:  # Floats, and optional numbers whose default is None.
-      flags.DEFINE_float(field, None, help_text)
-  return {field: [name for name, _, _ in entries]
+    help_text = entries[0][1].help + ' (' + ', '.join(
+        f'{name}: {setting.default!r}' for name, setting in entries) + ')'
+    settings_lib.define_flag(entries[0][1], help_text=help_text,
+                             default=None)
+  return {field: [name for name, _ in entries]
           for field, entries in owners.items()}
 
 
