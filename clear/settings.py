@@ -92,9 +92,12 @@ def define_flag(setting: Setting, help_text: Optional[str] = None,
       setting's).
 
   Returns:
-    The absl `FlagHolder`.
+    The absl `FlagHolder`; absl records the caller's module as the one
+    that defines the flag.
   """
   kwargs.setdefault('default', setting.default)
+  kwargs.setdefault('module_name',
+                    sys._getframe(1).f_globals.get('__name__'))  # pylint: disable=protected-access
   help_text = setting.help if help_text is None else help_text
   if setting.enum_values:
     return flags.DEFINE_enum(setting.name, enum_values=list(

@@ -52,5 +52,6 @@ def test_define_flag_types_the_flag_by_default_kind_or_enum():
   assert values['mode'].flag_type() == 'string enum'
   assert values['rate'].help == 'How fast.'
   assert values['other'].help == 'Another help.'
+  assert values.find_module_defining_flag('rate') == __name__
   with pytest.raises(flags.IllegalFlagValueError):
     values['mode'].parse('c')

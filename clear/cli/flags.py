@@ -30,6 +30,33 @@ FLAGS = flags.FLAGS
 # clear.cli.flag_help); each flag belongs to the heading above its definition.
 FLAG_GROUPS = flag_help.FlagGroups(FLAGS)
 
+# The IMPALA flags that set the `LearnerConfig` field of their name, at its
+# default: each is defined from the field's declaration
+# (`impala_config.SETTINGS`) where its group lists it, and
+# `clear.cli.configs` passes its value on as it is.
+IMPALA_DECLARED_FLAGS = (
+    'unroll_length', 'learning_rate_warmup_frames', 'rmsprop_epsilon',
+    'rmsprop_initial_mean_square', 'clip_grad_norm', 'discounting',
+    'reward_clipping', 'baseline_cost', 'entropy_cost', 'entropy_cost_end',
+    'clip_advantage', 'jit_compile', 'policy_cloning_cost',
+    'value_cloning_cost', 'fixed_step_mul')
+# The flags `clear.cli.configs` derives LearnerConfig fields from, defined
+# by hand below: their default is None, the env family's
+# (`clear.cli.defaults`), or the field is computed from them (num_replay
+# from replay_proportion and the batch size; discount_per from
+# fixed_step_mul when unset; step_mul only with fixed multipliers).
+IMPALA_DERIVED_FLAGS = (
+    'batch_size', 'learning_rate', 'optimizer', 'reward_scaling',
+    'total_environment_frames', 'replay_proportion', 'discount_per',
+    'step_mul')
+
+
+def _declare(name: str):
+  """Defines the IMPALA flag `name` from its `LearnerConfig` setting."""
+  assert name in IMPALA_DECLARED_FLAGS, name
+  settings_lib.define_flag(impala_config.SETTING[name])
+
+
 FLAG_GROUPS.heading('What to run')
 flags.DEFINE_string('env', 'gym:CartPole-v1',
                     'Environment: atari:<Game>, sc2:<Map>, gym:<id>, '
@@ -88,7 +115,7 @@ flags.DEFINE_integer('envs_per_actor', None,
                      'for gym and MinAtar, 32 for Atari, 1 for SC2 with '
                      'impala; the '
                      'batch size with ppg, sac and ddpg).')
-flags.DEFINE_integer('unroll_length', 20, 'Agent steps per unroll.')
+_declare('unroll_length')
 
 FLAG_GROUPS.heading('Network')
 flags.DEFINE_enum('network', 'auto',
@@ -129,48 +156,29 @@ flags.DEFINE_float('learning_rate', None,
                    '--learning_rate_warmup_frames), decayed linearly to 0 '
                    'at --total_environment_frames (default: per env '
                    'family, see FAMILY_DEFAULTS).')
-flags.DEFINE_integer('learning_rate_warmup_frames', 0,
-                     'Frames over which the learning rate ramps linearly '
-                     'from 0 up to --learning_rate before its linear decay '
-                     'to 0 at --total_environment_frames (0 = no ramp).')
+_declare('learning_rate_warmup_frames')
 flags.DEFINE_enum('optimizer', None, list(impala_config.OPTIMIZERS),
                   'Optimizer (default per env family: rmsprop, as IMPALA, '
                   'for Atari; adam otherwise; see FAMILY_DEFAULTS).')
-flags.DEFINE_float('rmsprop_epsilon', 1e-5,
-                   "RMSProp's epsilon, added under the square root as in "
-                   "TF1 and IMPALA. IMPALA's 0.01 there leaves "
-                   "the LSTM's kernels, whose gradients are about 1e-3, at "
-                   'a few percent of the normalised step; 1e-5 does not '
-                   '(docs/training.md).')
-flags.DEFINE_float('rmsprop_initial_mean_square', 1.0,
-                   "Where RMSProp's mean of squared gradients starts: 1 as "
-                   "in TF1's RMSPropOptimizer (IMPALA's), 0 as in Sonnet's.")
-flags.DEFINE_float('clip_grad_norm', 40.0,
-                   'Global gradient-norm clip (0 disables).')
-flags.DEFINE_float('discounting', 0.99,
-                   'Discount factor per agent step (per default-multiplier '
-                   'step with --discount_per=frame).')
+_declare('rmsprop_epsilon')
+_declare('rmsprop_initial_mean_square')
+_declare('clip_grad_norm')
+_declare('discounting')
 flags.DEFINE_enum('discount_per', None, list(impala_config.DISCOUNT_PER),
                   'step: every agent step is discounted by --discounting; '
                   'frame: a step of k frames by discounting^(k / the '
                   "family's default step multiplier), the semi-Markov "
                   'discount (default: frame with --nofixed_step_mul, else '
                   'step).')
-flags.DEFINE_enum('reward_clipping', 'abs_one',
-                  ['abs_one', 'soft_asymmetric', 'none'], 'Reward clipping.')
+_declare('reward_clipping')
 flags.DEFINE_float('reward_scaling', None,
                    'Rewards are scaled before clipping (default: 0.1 for gym, '
                    'whose dense rewards make values large, else 1).')
-flags.DEFINE_float('baseline_cost', 0.5, 'Weight of the baseline loss.')
-flags.DEFINE_float('entropy_cost', 0.01, 'Weight of the entropy term.')
-flags.DEFINE_float('entropy_cost_end', None,
-                   'Weight of the entropy term at the end of the run: set, '
-                   'the weight moves linearly from --entropy_cost to it over '
-                   '--total_environment_frames (as the learning rate '
-                   'decays); unset, --entropy_cost holds throughout.')
-flags.DEFINE_bool('clip_advantage', False,
-                  'Zero negative advantages in the policy gradient.')
-flags.DEFINE_bool('jit_compile', False, 'Compile the learner step with XLA.')
+_declare('baseline_cost')
+_declare('entropy_cost')
+_declare('entropy_cost_end')
+_declare('clip_advantage')
+_declare('jit_compile')
 flags.DEFINE_string('learner_device', 'auto',
                     "The learner's TensorFlow device: auto (the first GPU "
                     'if one is visible, else the CPU), cpu, gpu, or e.g. '
@@ -193,10 +201,8 @@ flags.DEFINE_integer('replay_prefill_unrolls', 0,
 flags.DEFINE_bool('allow_empty_replay_on_resume', False,
                   'Resume even if the replay saved with the checkpoint is '
                   'missing or unreadable, starting with an empty buffer.')
-flags.DEFINE_float('policy_cloning_cost', 0.01,
-                   'Weight of the CLEAR policy-cloning KL.')
-flags.DEFINE_float('value_cloning_cost', 0.005,
-                   'Weight of the CLEAR value-cloning loss.')
+_declare('policy_cloning_cost')
+_declare('value_cloning_cost')
 
 FLAG_GROUPS.heading('Continual-learning methods (impala)')
 flags.DEFINE_enum('continual_method', 'none',
@@ -285,8 +291,7 @@ flags.DEFINE_integer('num_critic_pretrain_frames', 0,
                      'Frames of critic-only training before the main phase.')
 
 FLAG_GROUPS.heading('Step multipliers')
-flags.DEFINE_bool('fixed_step_mul', True,
-                  'Use a constant step multiplier (else the agent picks one).')
+_declare('fixed_step_mul')
 flags.DEFINE_integer('step_mul', None,
                      'Frames per agent step when fixed (default: 4 Atari, '
                      '8 SC2, 1 gym).')
