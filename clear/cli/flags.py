@@ -2,8 +2,11 @@
 
 Each `FLAG_GROUPS.heading` opens a group that `--help` and `--helpfull` list
 under that heading (`clear.cli.flag_help`); every flag belongs to the heading
-above its definition, in definition order. The flags of PPG, SAC and DDPG are
-defined from their configs (`ALGORITHM_FLAGS`), so the two never drift apart.
+above its definition, in definition order. The flags of PPG, SAC and DDPG
+(`ALGORITHM_FLAGS`), the IMPALA flags that set a `LearnerConfig` field of
+their name (`IMPALA_DECLARED_FLAGS`) and the continual methods' flags are
+defined from the settings their configs declare (`clear.settings`), so the
+two never drift apart.
 Importing this module defines the flags in absl's `flags.FLAGS`; nothing
 else of clear reads them: `clear.cli.configs` turns them into configs.
 `removed_in_flagfiles` names the lines of a flagfile that set a flag of an
