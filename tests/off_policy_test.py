@@ -10,10 +10,12 @@ import tensorflow as tf
 import tree
 
 from clear import types
+from clear.algorithms.ddpg import policy as ddpg
 from clear.algorithms.off_policy import config as off_policy_config
 from clear.algorithms.off_policy import losses as off_policy_losses
 from clear.algorithms.off_policy import networks as off_policy_networks
 from clear.algorithms.off_policy import segments as off_policy_replay
+from clear.algorithms.sac import policy as sac
 from clear.replay import buffer as replay
 
 T, B, N = 5, 4, 3
@@ -431,36 +433,43 @@ def test_validate_common_rejects_a_step_mul_head():
 # --- Shared config fields -----------------------------------------------------
 
 
-def test_config_class_places_own_fields_and_overrides_defaults():
-  field = off_policy_config.Field
-  cls = off_policy_config.config_class(
-      'TestConfig', __name__, 'A test config.',
-      own_fields={'critic_learning_rate': [field('lr_c', float, 0.5)],
-                  'num_critics': [field('x', int, 3), field('y', str, 'y')]},
-      defaults={'num_critics': 7})
-  shared = [f.name for f in off_policy_config.SHARED_FIELDS]
+SAC_OWN = ('alpha_learning_rate', 'target_entropy', 'initial_alpha',
+           'max_log_alpha', 'prior_actor', 'prior_kl_weight',
+           'target_kld_per_dim')
+DDPG_OWN = ('exploration_noise', 'target_noise', 'target_noise_clip',
+            'actor_update_period')
+
+
+@pytest.mark.parametrize('config,own,num_critics', [
+    (sac.SACConfig, SAC_OWN, 2), (ddpg.DDPGConfig, DDPG_OWN, 1)])
+def test_each_config_declares_every_shared_setting_once(config, own,
+                                                        num_critics):
+  shared = [s.name for s in off_policy_config.SHARED_SETTINGS]
+  assert [f for f in config._fields if f not in own] == shared
+  # The algorithm's own fields sit after the critics' learning rate (SAC's
+  # temperature rate) and after num_critics.
   at = shared.index('critic_learning_rate') + 1
   after = shared.index('num_critics') + 1
-  assert list(cls._fields) == (shared[:at] + ['lr_c'] + shared[at:after] +
-                               ['x', 'y'] + shared[after:])
-  config = cls()
-  assert (config.num_critics, config.lr_c, config.x, config.y) == (
-      7, 0.5, 3, 'y')
-  assert config.tau == 0.005 and config.jit_compile is True
-  assert cls.__module__ == __name__
-  assert 'A test config.' in cls.__doc__
-  with pytest.raises(ValueError, match='no shared field'):
-    off_policy_config.config_class('Bad', __name__, '', {'tau': []})
-  with pytest.raises(ValueError, match='no shared field'):
-    off_policy_config.config_class('Bad', __name__, '', {}, {'nope': 1})
+  rates = [f for f in own if f.endswith('learning_rate')]
+  others = [f for f in own if f not in rates]
+  assert list(config._fields) == (shared[:at] + rates + shared[at:after] +
+                                  others + shared[after:])
+  assert len(set(config._fields)) == len(config._fields)
+  for setting in config.SETTINGS:
+    assert setting.help, setting.name
+    if setting.name in off_policy_config.SHARED and (
+        setting.name != 'num_critics'):
+      assert setting == off_policy_config.SHARED[setting.name]
+  assert config._field_defaults == {s.name: s.default
+                                    for s in config.SETTINGS}
+  assert config().num_critics == num_critics
+  module = config.__name__[:-len('Config')].lower()
+  assert config.__module__ == f'clear.algorithms.{module}.policy'
+  assert 'Attributes:' in config.__doc__ and 'tau: how far' in config.__doc__
 
 
-def test_every_shared_field_is_described_once():
-  lines = off_policy_config.SHARED_FIELDS_DOC.splitlines()
-  described = []
-  for line in lines:
-    if line.startswith('  ') and not line.startswith('    ') and ':' in line:
-      head = line.split(':')[0]
-      described += [n.split('[')[0].strip() for n in head.split('],')]
-  assert sorted(described) == sorted(
-      f.name for f in off_policy_config.SHARED_FIELDS)
+def test_shared_names_an_unknown_setting_with_a_key_error():
+  assert off_policy_config.shared('tau', 'batch_size') == (
+      off_policy_config.SHARED['tau'], off_policy_config.SHARED['batch_size'])
+  with pytest.raises(KeyError):
+    off_policy_config.shared('nope')

@@ -95,35 +95,37 @@ def recorded_flags(f) -> dict:
   return values
 
 
+def impala_learner_config(f, env_options) -> impala_config.LearnerConfig:
+  """IMPALA-CLEAR's `LearnerConfig`: the declared flags' values as they are
+  (`cli_flags.IMPALA_DECLARED_FLAGS`), the other fields derived from the
+  flags and the env family's defaults.
+
+  Raises:
+    ValueError: --replay_proportion leaves no fresh unroll in a batch.
+  """
+  batch_size = defaults.family_default(f, 'batch_size')
+  num_replay = replay_lib.replay_batch_size(batch_size, f.replay_proportion)
+  declared = {name: f[name].value for name in cli_flags.IMPALA_DECLARED_FLAGS}
+  if not num_replay:  # Nothing replayed, nothing to clone.
+    declared.update(policy_cloning_cost=0.0, value_cloning_cost=0.0)
+  return impala_config.LearnerConfig(
+      **declared, batch_size=batch_size, num_replay=num_replay,
+      total_environment_frames=defaults.total_frames(f),
+      discount_per=discount_per(f),
+      discounting_step_mul=defaults.FAMILY_DEFAULTS[
+          defaults.env_family(f.env)].step_mul,
+      reward_scaling=defaults.family_default(f, 'reward_scaling'),
+      learning_rate=defaults.family_default(f, 'learning_rate'),
+      optimizer=defaults.family_default(f, 'optimizer'),
+      step_mul=env_options.get('step_mul', 1))
+
+
 def config_from_flags(f) -> run_config_lib.RunConfig:
   env_options = env_options_from_flags(f)
   if f.algorithm != 'impala':
     learner_config = port_config(f, env_options)
   else:
-    batch_size = defaults.family_default(f, 'batch_size')
-    num_replay = replay_lib.replay_batch_size(batch_size, f.replay_proportion)
-    learner_config = impala_config.LearnerConfig(
-        batch_size=batch_size, num_replay=num_replay,
-        unroll_length=f.unroll_length,
-        total_environment_frames=defaults.total_frames(f),
-        discounting=f.discounting, discount_per=discount_per(f),
-        discounting_step_mul=defaults.FAMILY_DEFAULTS[
-            defaults.env_family(f.env)].step_mul,
-        reward_clipping=f.reward_clipping,
-        reward_scaling=defaults.family_default(f, 'reward_scaling'),
-        baseline_cost=f.baseline_cost,
-        entropy_cost=f.entropy_cost, entropy_cost_end=f.entropy_cost_end,
-        policy_cloning_cost=f.policy_cloning_cost if num_replay else 0.0,
-        value_cloning_cost=f.value_cloning_cost if num_replay else 0.0,
-        clip_grad_norm=f.clip_grad_norm, clip_advantage=f.clip_advantage,
-        learning_rate=defaults.family_default(f, 'learning_rate'),
-        learning_rate_warmup_frames=f.learning_rate_warmup_frames,
-        optimizer=defaults.family_default(f, 'optimizer'),
-        rmsprop_initial_mean_square=f.rmsprop_initial_mean_square,
-        rmsprop_epsilon=f.rmsprop_epsilon,
-        fixed_step_mul=f.fixed_step_mul,
-        step_mul=env_options.get('step_mul', 1),
-        jit_compile=f.jit_compile)
+    learner_config = impala_learner_config(f, env_options)
   return run_config_lib.RunConfig(
       env_name=f.env, env_options=env_options, algorithm=f.algorithm,
       agent_config=agent_config(f),

@@ -2,21 +2,23 @@
 
 Each `FLAG_GROUPS.heading` opens a group that `--help` and `--helpfull` list
 under that heading (`clear.cli.flag_help`); every flag belongs to the heading
-above its definition, in definition order. The flags of PPG, SAC and DDPG are
-defined from their configs (`ALGORITHM_FLAGS`), so the two never drift apart.
+above its definition, in definition order. The flags of PPG, SAC and DDPG
+(`ALGORITHM_FLAGS`), the IMPALA flags that set a `LearnerConfig` field of
+their name (`IMPALA_DECLARED_FLAGS`) and the continual methods' flags are
+defined from the settings their configs declare (`clear.settings`), so the
+two never drift apart.
 Importing this module defines the flags in absl's `flags.FLAGS`; nothing
 else of clear reads them: `clear.cli.configs` turns them into configs.
 `removed_in_flagfiles` names the lines of a flagfile that set a flag of an
 earlier version that this one no longer has.
 """
 
-import re
-import sys
 from typing import Optional
 
 from absl import flags
 
 import agents as agents_lib
+from clear import settings as settings_lib
 from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
 from clear.algorithms.impala import config as impala_config
@@ -30,6 +32,33 @@ FLAGS = flags.FLAGS
 # `--help` and `--helpfull` list the flags under these headings (see
 # clear.cli.flag_help); each flag belongs to the heading above its definition.
 FLAG_GROUPS = flag_help.FlagGroups(FLAGS)
+
+# The IMPALA flags that set the `LearnerConfig` field of their name, at its
+# default: each is defined from the field's declaration
+# (`impala_config.SETTINGS`) where its group lists it, and
+# `clear.cli.configs` passes its value on as it is.
+IMPALA_DECLARED_FLAGS = (
+    'unroll_length', 'learning_rate_warmup_frames', 'rmsprop_epsilon',
+    'rmsprop_initial_mean_square', 'clip_grad_norm', 'discounting',
+    'reward_clipping', 'baseline_cost', 'entropy_cost', 'entropy_cost_end',
+    'clip_advantage', 'jit_compile', 'policy_cloning_cost',
+    'value_cloning_cost', 'fixed_step_mul')
+# The flags `clear.cli.configs` derives LearnerConfig fields from, defined
+# by hand below: their default is None, the env family's
+# (`clear.cli.defaults`), or the field is computed from them (num_replay
+# from replay_proportion and the batch size; discount_per from
+# fixed_step_mul when unset; step_mul only with fixed multipliers).
+IMPALA_DERIVED_FLAGS = (
+    'batch_size', 'learning_rate', 'optimizer', 'reward_scaling',
+    'total_environment_frames', 'replay_proportion', 'discount_per',
+    'step_mul')
+
+
+def _declare(name: str):
+  """Defines the IMPALA flag `name` from its `LearnerConfig` setting."""
+  assert name in IMPALA_DECLARED_FLAGS, name
+  settings_lib.define_flag(impala_config.SETTING[name])
+
 
 FLAG_GROUPS.heading('What to run')
 flags.DEFINE_string('env', 'gym:CartPole-v1',
@@ -89,7 +118,7 @@ flags.DEFINE_integer('envs_per_actor', None,
                      'for gym and MinAtar, 32 for Atari, 1 for SC2 with '
                      'impala; the '
                      'batch size with ppg, sac and ddpg).')
-flags.DEFINE_integer('unroll_length', 20, 'Agent steps per unroll.')
+_declare('unroll_length')
 
 FLAG_GROUPS.heading('Network')
 flags.DEFINE_enum('network', 'auto',
@@ -130,48 +159,29 @@ flags.DEFINE_float('learning_rate', None,
                    '--learning_rate_warmup_frames), decayed linearly to 0 '
                    'at --total_environment_frames (default: per env '
                    'family, see FAMILY_DEFAULTS).')
-flags.DEFINE_integer('learning_rate_warmup_frames', 0,
-                     'Frames over which the learning rate ramps linearly '
-                     'from 0 up to --learning_rate before its linear decay '
-                     'to 0 at --total_environment_frames (0 = no ramp).')
+_declare('learning_rate_warmup_frames')
 flags.DEFINE_enum('optimizer', None, list(impala_config.OPTIMIZERS),
                   'Optimizer (default per env family: rmsprop, as IMPALA, '
                   'for Atari; adam otherwise; see FAMILY_DEFAULTS).')
-flags.DEFINE_float('rmsprop_epsilon', 1e-5,
-                   "RMSProp's epsilon, added under the square root as in "
-                   "TF1 and IMPALA. IMPALA's 0.01 there leaves "
-                   "the LSTM's kernels, whose gradients are about 1e-3, at "
-                   'a few percent of the normalised step; 1e-5 does not '
-                   '(docs/training.md).')
-flags.DEFINE_float('rmsprop_initial_mean_square', 1.0,
-                   "Where RMSProp's mean of squared gradients starts: 1 as "
-                   "in TF1's RMSPropOptimizer (IMPALA's), 0 as in Sonnet's.")
-flags.DEFINE_float('clip_grad_norm', 40.0,
-                   'Global gradient-norm clip (0 disables).')
-flags.DEFINE_float('discounting', 0.99,
-                   'Discount factor per agent step (per default-multiplier '
-                   'step with --discount_per=frame).')
+_declare('rmsprop_epsilon')
+_declare('rmsprop_initial_mean_square')
+_declare('clip_grad_norm')
+_declare('discounting')
 flags.DEFINE_enum('discount_per', None, list(impala_config.DISCOUNT_PER),
                   'step: every agent step is discounted by --discounting; '
                   'frame: a step of k frames by discounting^(k / the '
                   "family's default step multiplier), the semi-Markov "
                   'discount (default: frame with --nofixed_step_mul, else '
                   'step).')
-flags.DEFINE_enum('reward_clipping', 'abs_one',
-                  ['abs_one', 'soft_asymmetric', 'none'], 'Reward clipping.')
+_declare('reward_clipping')
 flags.DEFINE_float('reward_scaling', None,
                    'Rewards are scaled before clipping (default: 0.1 for gym, '
                    'whose dense rewards make values large, else 1).')
-flags.DEFINE_float('baseline_cost', 0.5, 'Weight of the baseline loss.')
-flags.DEFINE_float('entropy_cost', 0.01, 'Weight of the entropy term.')
-flags.DEFINE_float('entropy_cost_end', None,
-                   'Weight of the entropy term at the end of the run: set, '
-                   'the weight moves linearly from --entropy_cost to it over '
-                   '--total_environment_frames (as the learning rate '
-                   'decays); unset, --entropy_cost holds throughout.')
-flags.DEFINE_bool('clip_advantage', False,
-                  'Zero negative advantages in the policy gradient.')
-flags.DEFINE_bool('jit_compile', False, 'Compile the learner step with XLA.')
+_declare('baseline_cost')
+_declare('entropy_cost')
+_declare('entropy_cost_end')
+_declare('clip_advantage')
+_declare('jit_compile')
 flags.DEFINE_string('learner_device', 'auto',
                     "The learner's TensorFlow device: auto (the first GPU "
                     'if one is visible, else the CPU), cpu, gpu, or e.g. '
@@ -194,10 +204,8 @@ flags.DEFINE_integer('replay_prefill_unrolls', 0,
 flags.DEFINE_bool('allow_empty_replay_on_resume', False,
                   'Resume even if the replay saved with the checkpoint is '
                   'missing or unreadable, starting with an empty buffer.')
-flags.DEFINE_float('policy_cloning_cost', 0.01,
-                   'Weight of the CLEAR policy-cloning KL.')
-flags.DEFINE_float('value_cloning_cost', 0.005,
-                   'Weight of the CLEAR value-cloning loss.')
+_declare('policy_cloning_cost')
+_declare('value_cloning_cost')
 
 FLAG_GROUPS.heading('Continual-learning methods (impala)')
 flags.DEFINE_enum('continual_method', 'none',
@@ -230,11 +238,8 @@ flags.DEFINE_integer(
     'With --task_boundaries=hidden: frames between consolidations (the '
     'default comes from the methods, not the schedule: '
     'docs/continual.md#hidden-task-boundaries).')
-_METHOD_FLAG_TYPES = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer,
-                      float: flags.DEFINE_float, str: flags.DEFINE_string}
 for _setting in continual_methods.all_settings().values():
-  _METHOD_FLAG_TYPES[type(_setting.default)](_setting.name, _setting.default,
-                                             _setting.help)
+  settings_lib.define_flag(_setting)
 
 FLAG_GROUPS.heading('Task sequences, evaluation and test mode')
 flags.DEFINE_integer('frames_per_task', 0,
@@ -289,8 +294,7 @@ flags.DEFINE_integer('num_critic_pretrain_frames', 0,
                      'Frames of critic-only training before the main phase.')
 
 FLAG_GROUPS.heading('Step multipliers')
-flags.DEFINE_bool('fixed_step_mul', True,
-                  'Use a constant step multiplier (else the agent picks one).')
+_declare('fixed_step_mul')
 flags.DEFINE_integer('step_mul', None,
                      'Frames per agent step when fixed (default: 4 Atari, '
                      '8 SC2, 1 gym).')
@@ -328,32 +332,11 @@ IMPALA_ONLY_FLAGS = ('discount_per', 'replay_proportion', 'replay_buffer_size',
                      'consolidation_interval_frames') + METHOD_FLAGS
 
 
-def _field_help(entry, field: str) -> str:
-  """The field's description from its module's or its class's docstring,
-  where fields are listed as `name [default]: text` or `a, b: text`."""
-  module = sys.modules[entry.config.__module__]
-  lines = ((module.__doc__ or '') + '\n' +
-           (entry.config.__doc__ or '')).splitlines()
-  header = re.compile(r'^(\s+)([\w ,]+(?:\[[^\]]*\][\w ,]*)*):\s*(.*)$')
-  for i, line in enumerate(lines):
-    match = header.match(line)
-    if not match:
-      continue
-    names = [n.strip() for n in re.sub(r'\[[^\]]*\]', '',
-                                       match.group(2)).split(',')]
-    if field not in names:
-      continue
-    indent, text = len(match.group(1)), [match.group(3)]
-    for follow in lines[i + 1:]:  # Continuation lines are indented more.
-      if not follow.strip() or len(follow) - len(follow.lstrip()) <= indent:
-        break
-      text.append(follow.strip())
-    return ' '.join(t for t in text if t)
-  return ''
-
-
 def _define_algorithm_flags():
-  """Defines `--<field>` for every port-specific config field.
+  """Defines `--<field>` for every port-specific config field, from the
+  config's declared settings (`SETTINGS`): the help of the first algorithm
+  (by name) that declares the field, then each algorithm's default. The
+  flag's default is None, the algorithm's own.
 
   Returns:
     {field: [algorithm names that have it]}.
@@ -362,25 +345,15 @@ def _define_algorithm_flags():
   for name, entry in sorted(registry.ALGORITHMS.items()):
     if name == 'impala':
       continue
-    for field, default in entry.config._field_defaults.items():
-      if field not in SHARED_FIELDS:
-        owners.setdefault(field, []).append((name, entry, default))
+    for setting in entry.config.SETTINGS:
+      if setting.name not in SHARED_FIELDS:
+        owners.setdefault(setting.name, []).append((name, setting))
   for field, entries in sorted(owners.items()):
-    defaults = [d for _, _, d in entries if d is not None]
-    described = next((h for h in (_field_help(e, field) for _, e, _ in entries)
-                      if h), '')
-    help_text = (f'{described} ' if described else '') + '(' + ', '.join(
-        f'{name}: {default!r}' for name, _, default in entries) + ')'
-    if defaults and all(isinstance(d, bool) for d in defaults):
-      flags.DEFINE_bool(field, None, help_text)
-    elif defaults and all(isinstance(d, int) and not isinstance(d, bool)
-                          for d in defaults):
-      flags.DEFINE_integer(field, None, help_text)
-    elif defaults and all(isinstance(d, str) for d in defaults):
-      flags.DEFINE_string(field, None, help_text)
-    else:  # Floats, and optional numbers whose default is None.
-      flags.DEFINE_float(field, None, help_text)
-  return {field: [name for name, _, _ in entries]
+    help_text = entries[0][1].help + ' (' + ', '.join(
+        f'{name}: {setting.default!r}' for name, setting in entries) + ')'
+    settings_lib.define_flag(entries[0][1], help_text=help_text,
+                             default=None)
+  return {field: [name for name, _ in entries]
           for field, entries in owners.items()}
 
 

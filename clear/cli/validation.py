@@ -3,16 +3,18 @@
 `validate` raises one `app.UsageError` that names every flag (combination)
 that is wrong: IMPALA-CLEAR's, the continual methods', the ports' (a port's
 config is built and checked by its algorithm), the task sequence's, test
-mode's and the env's.
+mode's and the env's. Once the flags agree with each other, IMPALA-CLEAR's
+learner config is built and checked by `impala_config.validate_config`, the
+one check of its values.
 """
 
-import math
 import os
 
 from absl import app
 from absl import logging
 
 from clear.algorithms import registry
+from clear.algorithms.impala import config as impala_config
 from clear.cli import configs
 from clear.cli import defaults
 from clear.cli import flags as cli_flags
@@ -22,7 +24,8 @@ from clear.runtime import record as record_lib
 
 
 def _impala_problems(f):
-  """What is wrong with the IMPALA-CLEAR flags."""
+  """What is wrong with the IMPALA-CLEAR flags together (the values of the
+  learner config they make are checked by `_impala_config_problems`)."""
   problems = [f'--{name} applies to --algorithm='
               f'{"/".join(cli_flags.ALGORITHM_FLAGS[name])}, not impala.'
               for name in sorted(cli_flags.ALGORITHM_FLAGS) if f[name].present]
@@ -55,25 +58,30 @@ def _impala_problems(f):
         f'--replay_prefill_unrolls={f.replay_prefill_unrolls} exceeds '
         f'--replay_buffer_size={f.replay_buffer_size}: the buffer could '
         'never fill that far, and no update would ever be made.')
-  if f.learning_rate_warmup_frames < 0:
-    problems.append('--learning_rate_warmup_frames must be >= 0.')
-  elif (defaults.env_family(f.env) in defaults.FAMILY_DEFAULTS and
-        f.learning_rate_warmup_frames >= defaults.total_frames(f) > 0):
-    problems.append(
-        f'--learning_rate_warmup_frames ({f.learning_rate_warmup_frames:,}) '
-        'must be below --total_environment_frames '
-        f'({defaults.total_frames(f):,}): the rate would never reach its peak.')
-  for name in ('entropy_cost', 'entropy_cost_end'):
-    if f[name].value is not None and not f[name].value >= 0:
-      problems.append(f'--{name} must be >= 0.')
-  if f.rmsprop_initial_mean_square < 0:
-    problems.append('--rmsprop_initial_mean_square must be >= 0.')
-  if not (math.isfinite(f.rmsprop_epsilon) and f.rmsprop_epsilon > 0):
-    problems.append('--rmsprop_epsilon must be a finite number > 0.')
   for name in ('rmsprop_initial_mean_square', 'rmsprop_epsilon'):
     if f[name].present and defaults.family_default(f, 'optimizer') != 'rmsprop':
       problems.append(f'--{name} needs --optimizer=rmsprop.')
   return problems + _continual_problems(f)
+
+
+# LearnerConfig fields that no flag of their name sets, and the flag each
+# comes from.
+_FLAG_OF_FIELD = {'num_replay': 'replay_proportion',
+                  'discounting_step_mul': 'env'}
+
+
+def _impala_config_problems(f):
+  """What `impala_config.validate_config` finds wrong with the learner config
+  the flags make, naming the flag: the one check of its values."""
+  try:
+    impala_config.validate_config(configs.impala_learner_config(
+        f, configs.env_options_from_flags(f)))
+  except ValueError as e:
+    field = str(e).split()[0]
+    if field in _FLAG_OF_FIELD:
+      return [f'--{_FLAG_OF_FIELD[field]}: {e}']
+    return [f'--{e}']
+  return []
 
 
 def _continual_problems(f):
@@ -260,5 +268,8 @@ def validate(f) -> None:
   if not known_family:
     problems.append(f'--env={f.env!r}: unknown family; use atari:<Game>, '
                     'sc2:<Map>, gym:<id> or minatar:<Game>.')
+  if f.algorithm == 'impala' and not problems:
+    # The config is built once the flags agree with each other.
+    problems.extend(_impala_config_problems(f))
   if problems:
     raise app.UsageError('\n'.join(problems))

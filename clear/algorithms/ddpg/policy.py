@@ -18,20 +18,11 @@ together (`DDPGLoss`: loss_actor, loss_value, pred_value, target_value,
 td_error), as TorchRL loss modules do; the learner logs them and turns the
 TD errors into replay priorities.
 
-Config (`DDPGConfig`): the fields DDPG shares with SAC (`DDPGConfig`'s
-docstring and `clear.algorithms.off_policy.config` describe them; DDPG's
-num_critics defaults to 1) and DDPG's own, below (defaults in brackets). The
-defaults are the ones checked on gym:Pendulum-v1 with 64-unit MLPs (learning
-rates 1e-3 and noise 0.1 as in the usual DDPG/TD3 settings; batches of 128
-instead of 256; docs/algorithms.md#ddpg):
-  exploration_noise [0.1]: std of the Gaussian acting noise, as a fraction
-    of the half range of each action entry (shipped to actors with the
-    weights).
-  target_noise [0.0]: std of TD3's target smoothing noise, as a fraction
-    of the half range of each action entry (0 = off).
-  target_noise_clip [0.5]: the smoothing noise is clipped to +-this
-    (a fraction of the half range).
-  actor_update_period [1]: the actor learns every this many updates.
+Config (`DDPGConfig`, declared by `SETTINGS`): the fields DDPG shares with
+SAC (`clear.algorithms.off_policy.config`; DDPG's num_critics defaults to
+1) and DDPG's own. The defaults are the ones checked on gym:Pendulum-v1
+with 64-unit MLPs (learning rates 1e-3 and noise 0.1 as in the usual
+DDPG/TD3 settings; batches of 128 instead of 256; docs/algorithms.md#ddpg).
 """
 
 from typing import NamedTuple, Optional
@@ -41,6 +32,7 @@ import sonnet as snt
 import tensorflow as tf
 
 from agents import initializers
+from clear import settings as settings_lib
 from clear import types
 from clear.algorithms.off_policy import config as off_policy_config
 from clear.algorithms.off_policy import losses as off_policy_losses
@@ -48,17 +40,35 @@ from clear.algorithms.off_policy import networks
 from clear.algorithms.off_policy import policy as off_policy
 from clear.ops import guards
 
-_Field = off_policy_config.Field
-DDPGConfig = off_policy_config.config_class(
-    'DDPGConfig', __name__,
-    'DDPG hyperparameters; the module docstring describes DDPG\'s own fields.',
-    own_fields={'num_critics': [
-        _Field('exploration_noise', float, 0.1),
-        _Field('target_noise', float, 0.0),
-        _Field('target_noise_clip', float, 0.5),
-        _Field('actor_update_period', int, 1),
-    ]},
-    defaults={'num_critics': 1})
+_Setting = settings_lib.Setting
+_shared = off_policy_config.shared
+# DDPGConfig's fields, in order: the shared ones with DDPG's own among them.
+SETTINGS = (
+    *_shared('batch_size', 'num_replay', 'unroll_length',
+             'total_environment_frames', 'fixed_step_mul', 'step_mul',
+             'discounting', 'reward_scaling', 'actor_learning_rate',
+             'critic_learning_rate', 'tau', 'target_update_period'),
+    off_policy_config.SHARED['num_critics']._replace(default=1),
+    _Setting('exploration_noise', 0.1,
+             'std of the Gaussian acting noise, as a fraction of the half '
+             'range of each action entry (shipped to actors with the '
+             'weights).'),
+    _Setting('target_noise', 0.0,
+             "std of TD3's target smoothing noise, as a fraction of the "
+             'half range of each action entry (0 = off).'),
+    _Setting('target_noise_clip', 0.5,
+             'the smoothing noise is clipped to +-this (a fraction of the '
+             'half range).'),
+    _Setting('actor_update_period', 1,
+             'the actor learns every this many updates.'),
+    *_shared('value_estimator', 'td_lambda', 'sample_length',
+             'sample_batch_size', 'replay_capacity', 'prioritized',
+             'priority_exponent', 'importance_exponent', 'learning_starts',
+             'random_actions_until_start', 'updates_per_step',
+             'clip_grad_norm', 'jit_compile'),
+)
+DDPGConfig = settings_lib.settings_class('DDPGConfig', SETTINGS,
+                                         summary='DDPG hyperparameters.')
 
 
 def validate_config(config: DDPGConfig,

@@ -6,92 +6,90 @@ The defaults are the CLEAR paper's; `clear.train` sets the env-family ones
 `clear.algorithms.impala.optimizers`.
 """
 
-from typing import NamedTuple, Optional
+import math
 
+from clear import settings as settings_lib
 
 OPTIMIZERS = ('adam', 'rmsprop')
 DISCOUNT_PER = ('step', 'frame')
+# `clear.ops.losses.clip_rewards` modes.
+REWARD_CLIPPING = ('abs_one', 'soft_asymmetric', 'none')
 
-
-class LearnerConfig(NamedTuple):
-  """Hyperparameters of the IMPALA-CLEAR learner (defaults: CLEAR paper).
-
-  Why each default: docs/training.md#why-these-defaults.
-
-  Attributes:
-    batch_size: unrolls per batch, replayed ones included.
-    num_replay: leading batch columns that come from replay.
-    unroll_length: T, agent steps per unroll.
-    total_environment_frames: frames over which the learning rate decays
-      linearly to zero.
-    discounting: discount factor gamma, per agent step (`discount_per`
-      'step'), or per `discounting_step_mul` frames ('frame').
-    discount_per: 'step' discounts every agent step by `discounting`;
-      'frame' discounts a step of k frames by
-      discounting ** (k / discounting_step_mul), the semi-Markov discount
-      for dynamic step multipliers (k read from the multipliers the actors
-      executed), so that a step of `discounting_step_mul` frames keeps
-      `discounting`.
-    discounting_step_mul: the frames per step at which 'frame' discounting
-      equals `discounting` (the env family's default multiplier).
-    reward_clipping: a `clear.ops.losses.clip_rewards` mode.
-    reward_scaling: rewards are multiplied by this before clipping.
-    baseline_cost, entropy_cost, policy_cloning_cost, value_cloning_cost:
-      loss weights.
-    entropy_cost_end: None keeps `entropy_cost` throughout; a float moves
-      the entropy weight linearly from `entropy_cost` to it over
-      `total_environment_frames` (see `learner.entropy_cost_at`), as RLlib's
-      `entropy_coeff_schedule` does.
-    clip_grad_norm: global-norm threshold for the gradients (0 = off).
-    clip_advantage: zero negative advantages in the policy gradient.
-    learning_rate: the peak learning rate, decayed linearly to 0 over
-      `total_environment_frames` (see `learner.learning_rate_at`).
-    learning_rate_warmup_frames: frames over which the learning rate ramps
-      linearly up from 0 (0 = no ramp; see
-      `learner.learning_rate_at`).
-    optimizer: 'adam' or 'rmsprop' (IMPALA's choice).
-    adam_beta1, adam_beta2, adam_epsilon: Adam parameters.
-    rmsprop_decay, rmsprop_momentum, rmsprop_epsilon: RMSProp parameters
-      (IMPALA's Atari decay and momentum; epsilon 1e-5, not IMPALA's 0.01,
-      which under the root would slow every weight with small gradients
-      and hold the LSTM's
-      kernels to a few percent of the normalised step).
-    rmsprop_initial_mean_square: where RMSProp's running mean of squared
-      gradients starts: 1 as in TF1's `RMSPropOptimizer`, which IMPALA
-      used; 0 as in Sonnet's.
-    fixed_step_mul: whether the step multiplier is constant.
-    step_mul: frames per agent step when `fixed_step_mul`.
-    jit_compile: compile the forward and backward pass with XLA.
-  """
-  batch_size: int = 32
-  num_replay: int = 16
-  unroll_length: int = 20
-  total_environment_frames: int = int(1e9)
-  discounting: float = 0.99
-  discount_per: str = 'step'
-  discounting_step_mul: int = 1
-  reward_clipping: str = 'abs_one'
-  reward_scaling: float = 1.0
-  baseline_cost: float = 0.5
-  entropy_cost: float = 0.01
-  entropy_cost_end: Optional[float] = None
-  policy_cloning_cost: float = 0.01
-  value_cloning_cost: float = 0.005
-  clip_grad_norm: float = 40.0
-  clip_advantage: bool = False
-  learning_rate: float = 6e-4
-  learning_rate_warmup_frames: int = 0
-  optimizer: str = 'adam'
-  adam_beta1: float = 0.9
-  adam_beta2: float = 0.999
-  adam_epsilon: float = 1e-8
-  rmsprop_decay: float = 0.99
-  rmsprop_momentum: float = 0.0
-  rmsprop_epsilon: float = 1e-5
-  rmsprop_initial_mean_square: float = 1.0
-  fixed_step_mul: bool = True
-  step_mul: int = 1
-  jit_compile: bool = False
+_Setting = settings_lib.Setting
+# LearnerConfig's fields, in order. Where a `clear.train` flag of the same
+# name and default sets a field, the help is that flag's
+# (`clear.cli.flags.IMPALA_DECLARED_FLAGS`).
+SETTINGS = (
+    _Setting('batch_size', 32, 'Unrolls per batch, replayed ones included.'),
+    _Setting('num_replay', 16, 'Leading batch columns that come from replay.'),
+    _Setting('unroll_length', 20, 'Agent steps per unroll.'),
+    _Setting('total_environment_frames', int(1e9),
+             'Frames over which the learning rate decays linearly to zero.'),
+    _Setting('discounting', 0.99,
+             'Discount factor per agent step (per default-multiplier step '
+             'with --discount_per=frame).'),
+    _Setting('discount_per', 'step',
+             "'step' discounts every agent step by `discounting`; 'frame' "
+             'discounts a step of k frames by discounting ** (k / '
+             'discounting_step_mul), the semi-Markov discount for dynamic '
+             'step multipliers (k read from the multipliers the actors '
+             'executed), so that a step of `discounting_step_mul` frames '
+             'keeps `discounting`.', enum_values=DISCOUNT_PER),
+    _Setting('discounting_step_mul', 1,
+             "The frames per step at which 'frame' discounting equals "
+             "`discounting` (the env family's default multiplier)."),
+    _Setting('reward_clipping', 'abs_one', 'Reward clipping.',
+             enum_values=REWARD_CLIPPING),
+    _Setting('reward_scaling', 1.0,
+             'Rewards are multiplied by this before clipping.'),
+    _Setting('baseline_cost', 0.5, 'Weight of the baseline loss.'),
+    _Setting('entropy_cost', 0.01, 'Weight of the entropy term.'),
+    _Setting('entropy_cost_end', None,
+             'Weight of the entropy term at the end of the run: set, the '
+             'weight moves linearly from --entropy_cost to it over '
+             '--total_environment_frames (as the learning rate decays); '
+             'unset, --entropy_cost holds throughout.', kind=float),
+    _Setting('policy_cloning_cost', 0.01,
+             'Weight of the CLEAR policy-cloning KL.'),
+    _Setting('value_cloning_cost', 0.005,
+             'Weight of the CLEAR value-cloning loss.'),
+    _Setting('clip_grad_norm', 40.0,
+             'Global gradient-norm clip (0 disables).'),
+    _Setting('clip_advantage', False,
+             'Zero negative advantages in the policy gradient.'),
+    _Setting('learning_rate', 6e-4,
+             'The peak learning rate, decayed linearly to 0 over '
+             '`total_environment_frames` (see `learner.learning_rate_at`).'),
+    _Setting('learning_rate_warmup_frames', 0,
+             'Frames over which the learning rate ramps linearly from 0 up '
+             'to --learning_rate before its linear decay to 0 at '
+             '--total_environment_frames (0 = no ramp).'),
+    _Setting('optimizer', 'adam', "'adam' or 'rmsprop' (IMPALA's choice).",
+             enum_values=OPTIMIZERS),
+    _Setting('adam_beta1', 0.9, "Adam's beta1."),
+    _Setting('adam_beta2', 0.999, "Adam's beta2."),
+    _Setting('adam_epsilon', 1e-8, "Adam's epsilon."),
+    _Setting('rmsprop_decay', 0.99, "RMSProp's decay (IMPALA's Atari one)."),
+    _Setting('rmsprop_momentum', 0.0,
+             "RMSProp's momentum (IMPALA's Atari one)."),
+    _Setting('rmsprop_epsilon', 1e-5,
+             "RMSProp's epsilon, added under the square root as in TF1 and "
+             "IMPALA. IMPALA's 0.01 there leaves the LSTM's kernels, whose "
+             'gradients are about 1e-3, at a few percent of the normalised '
+             'step; 1e-5 does not (docs/training.md).'),
+    _Setting('rmsprop_initial_mean_square', 1.0,
+             "Where RMSProp's mean of squared gradients starts: 1 as in "
+             "TF1's RMSPropOptimizer (IMPALA's), 0 as in Sonnet's."),
+    _Setting('fixed_step_mul', True,
+             'Use a constant step multiplier (else the agent picks one).'),
+    _Setting('step_mul', 1, 'Frames per agent step when `fixed_step_mul`.'),
+    _Setting('jit_compile', False, 'Compile the learner step with XLA.'),
+)
+LearnerConfig = settings_lib.settings_class(
+    'LearnerConfig', SETTINGS,
+    summary='Hyperparameters of the IMPALA-CLEAR learner (defaults: CLEAR '
+    'paper).\n\nWhy each default: docs/training.md#why-these-defaults.')
+SETTING = {s.name: s for s in SETTINGS}
 
 
 def validate_config(config: LearnerConfig):
@@ -126,6 +124,10 @@ def validate_config(config: LearnerConfig):
                      f'{config.optimizer!r}.')
   if config.step_mul < 1:
     raise ValueError(f'step_mul must be >= 1, got {config.step_mul}.')
+  if not (math.isfinite(config.rmsprop_epsilon) and
+          config.rmsprop_epsilon > 0):
+    raise ValueError('rmsprop_epsilon must be a finite number > 0, got '
+                     f'{config.rmsprop_epsilon}.')
   if config.rmsprop_initial_mean_square < 0:
     raise ValueError('rmsprop_initial_mean_square must be >= 0, got '
                      f'{config.rmsprop_initial_mean_square}.')

@@ -1,21 +1,19 @@
 """The config fields SAC and DDPG share, and their checks.
 
-SAC's and DDPG's configs are NamedTuples made by `config_class` from the
-shared fields below plus each algorithm's own (its module docstring
-describes those), in one order: the shared fields up to
-`critic_learning_rate`, the algorithm's own learning rates, `tau`,
-`target_update_period`, `num_critics`, the algorithm's other fields, then
-the remaining shared ones. `validate_common` checks the shared fields.
+`SHARED_SETTINGS` declares the fields SAC's and DDPG's configs share, each
+with its default and help (`clear.settings.Setting`); each algorithm's
+policy module declares its config as one ordered tuple of these and its own
+settings. `validate_common` checks the shared fields.
 
 Raising `sample_length` with the td1 or td_lambda estimator gives
 n-step-like targets. The defaults are the ones checked on gym:Pendulum-v1
 and gym:CartPole-v1 with 64-unit MLPs (see each algorithm's module).
 """
 
-import collections
 import math
-from typing import Dict, NamedTuple, Optional, Sequence
+from typing import Dict, Optional, Tuple
 
+from clear import settings as settings_lib
 from clear import types
 from clear.algorithms.off_policy import networks as off_policy_networks
 
@@ -24,125 +22,76 @@ from clear.algorithms.off_policy import networks as off_policy_networks
 # continuous heads do not store, so it is not offered here.
 Q_ESTIMATORS = ('td0', 'td1', 'td_lambda', 'gae')
 
+_Setting = settings_lib.Setting
 
-class Field(NamedTuple):
-  """One config field: its name, type and default."""
-  name: str
-  type: object
-  default: object
-
-
-SHARED_FIELDS = (
-    Field('batch_size', int, 4),
-    Field('num_replay', int, 0),
-    Field('unroll_length', int, 8),
-    Field('total_environment_frames', int, 100_000),
-    Field('fixed_step_mul', bool, True),
-    Field('step_mul', int, 1),
-    Field('discounting', float, 0.99),
-    Field('reward_scaling', float, 1.0),
-    Field('actor_learning_rate', float, 1e-3),
-    Field('critic_learning_rate', float, 1e-3),
-    Field('tau', float, 0.005),
-    Field('target_update_period', int, 1),
-    Field('num_critics', int, 2),
-    Field('value_estimator', str, 'td0'),
-    Field('td_lambda', float, 0.95),
-    Field('sample_length', int, 1),
-    Field('sample_batch_size', int, 128),
-    Field('replay_capacity', int, 1_000_000),
-    Field('prioritized', bool, False),
-    Field('priority_exponent', float, 0.6),
-    Field('importance_exponent', float, 0.4),
-    Field('learning_starts', int, 1000),
-    Field('random_actions_until_start', bool, True),
-    Field('updates_per_step', float, 1.0),
-    Field('clip_grad_norm', float, 0.0),
-    Field('jit_compile', bool, True),
+# The fields SAC and DDPG share (the run loop reads the first six). Their
+# `num_critics` default differs: each algorithm sets its own.
+SHARED_SETTINGS = (
+    _Setting('batch_size', 4,
+             'fresh unrolls per `learn` call (e.g. envs_per_actor).'),
+    _Setting('num_replay', 0,
+             'must stay 0; the policy owns its replay buffer.'),
+    _Setting('unroll_length', 8, "T of the actors' unrolls."),
+    _Setting('total_environment_frames', 100_000,
+             'run length (anneals the importance exponent to 1).'),
+    _Setting('fixed_step_mul', True,
+             'frames per agent step (dynamic multipliers are not '
+             'supported).'),
+    _Setting('step_mul', 1,
+             'frames per agent step (dynamic multipliers are not '
+             'supported).'),
+    _Setting('discounting', 0.99, 'gamma.'),
+    _Setting('reward_scaling', 1.0, 'rewards are multiplied by this.'),
+    _Setting('actor_learning_rate', 1e-3,
+             'Adam learning rate of the actor.'),
+    _Setting('critic_learning_rate', 1e-3,
+             'Adam learning rate of the critics.'),
+    _Setting('tau', 0.005,
+             'how far the target networks move towards the online ones at '
+             'each target update (1 copies them).'),
+    _Setting('target_update_period', 1,
+             'updates between two target-network moves.'),
+    _Setting('num_critics', 2,
+             'critics (targets and the actor use their minimum).'),
+    _Setting('value_estimator', 'td0',
+             "Q-target estimator over a segment ('td0', 'td1', "
+             "'td_lambda', 'gae')."),
+    _Setting('td_lambda', 0.95,
+             "lambda of the 'td_lambda' and 'gae' estimators."),
+    _Setting('sample_length', 1, 'L, transitions per replayed segment.'),
+    _Setting('sample_batch_size', 128,
+             'transitions per update (ceil(this / L) segments).'),
+    _Setting('replay_capacity', 1_000_000, 'transitions kept (FIFO).'),
+    _Setting('prioritized', False,
+             'sample segments by priority, the RMS TD error of the '
+             'segment, instead of uniformly.'),
+    _Setting('priority_exponent', 0.6,
+             'alpha of prioritized replay: segments are drawn in '
+             'proportion to priority^alpha (0 = uniform).'),
+    _Setting('importance_exponent', 0.4,
+             "beta of prioritized replay's importance weights, annealed "
+             'linearly to 1 over the run.'),
+    _Setting('learning_starts', 1000,
+             'stored transitions before the first update.'),
+    _Setting('random_actions_until_start', True,
+             'actors act uniformly at random until then.'),
+    _Setting('updates_per_step', 1.0,
+             'gradient updates per new transition.'),
+    _Setting('clip_grad_norm', 0.0,
+             "global-norm clipping of each part's gradients (actor, "
+             'critics and, in SAC, temperatures; 0 = off).'),
+    _Setting('jit_compile', True,
+             'compile the updates with XLA (about 3x faster for small '
+             'networks on CPU; each new number of updates per call '
+             'compiles once).'),
 )
-
-# What each shared field means (`clear.train` makes the flags' help from
-# these lines, `name [default]: text`).
-SHARED_FIELDS_DOC = """\
-Fields shared by SAC and DDPG (defaults in brackets; the run loop reads the
-first six):
-  batch_size [4]: fresh unrolls per `learn` call (e.g. envs_per_actor).
-  num_replay [0]: must stay 0; the policy owns its replay buffer.
-  unroll_length [8]: T of the actors' unrolls.
-  total_environment_frames [100_000]: run length (anneals the importance
-    exponent to 1).
-  fixed_step_mul [True], step_mul [1]: frames per agent step (dynamic
-    multipliers are not supported).
-  discounting [0.99]: gamma.
-  reward_scaling [1.0]: rewards are multiplied by this.
-  actor_learning_rate [1e-3]: Adam learning rate of the actor.
-  critic_learning_rate [1e-3]: Adam learning rate of the critics.
-  tau [0.005]: how far the target networks move towards the online ones
-    at each target update (1 copies them).
-  target_update_period [1]: updates between two target-network moves.
-  num_critics [SAC 2, DDPG 1]: critics (targets and the actor use their
-    minimum).
-  value_estimator ['td0']: Q-target estimator over a segment ('td0',
-    'td1', 'td_lambda', 'gae').
-  td_lambda [0.95]: lambda of the 'td_lambda' and 'gae' estimators.
-  sample_length [1]: L, transitions per replayed segment.
-  sample_batch_size [128]: transitions per update (ceil(this / L)
-    segments).
-  replay_capacity [1_000_000]: transitions kept (FIFO).
-  prioritized [False]: sample segments by priority, the RMS TD error of
-    the segment, instead of uniformly.
-  priority_exponent [0.6]: alpha of prioritized replay: segments are drawn
-    in proportion to priority^alpha (0 = uniform).
-  importance_exponent [0.4]: beta of prioritized replay's importance
-    weights, annealed linearly to 1 over the run.
-  learning_starts [1000]: stored transitions before the first update.
-  random_actions_until_start [True]: actors act uniformly at random until
-    then.
-  updates_per_step [1.0]: gradient updates per new transition.
-  clip_grad_norm [0.0]: global-norm clipping of each part's gradients
-    (actor, critics and, in SAC, temperatures; 0 = off).
-  jit_compile [True]: compile the updates with XLA (about 3x faster for
-    small networks on CPU; each new number of updates per call compiles
-    once).
-"""
+SHARED: Dict[str, settings_lib.Setting] = {s.name: s for s in SHARED_SETTINGS}
 
 
-def config_class(class_name: str, module: str, summary: str,
-                 own_fields: Dict[str, Sequence[Field]],
-                 defaults: Optional[Dict[str, object]] = None) -> type:
-  """A NamedTuple class of the shared fields and an algorithm's own.
-
-  Args:
-    class_name: e.g. 'SACConfig'.
-    module: the module that defines it (`__name__`), whose docstring
-      describes the algorithm's own fields.
-    summary: the first lines of the class docstring; the shared fields'
-      descriptions follow.
-    own_fields: {shared field name: the algorithm's fields that come right
-      after it}; only 'critic_learning_rate' and 'num_critics' are used.
-    defaults: {shared field name: the algorithm's default}, where it
-      differs.
-
-  Returns:
-    The class; its `_field_defaults` hold every default.
-  """
-  defaults = defaults or {}
-  unknown = set(own_fields) - {'critic_learning_rate', 'num_critics'}
-  unknown |= set(defaults) - {f.name for f in SHARED_FIELDS}
-  if unknown:
-    raise ValueError(f'config_class: no shared field {sorted(unknown)} to '
-                     'place or override.')
-  fields = []
-  for field in SHARED_FIELDS:
-    fields.append(field._replace(default=defaults.get(field.name,
-                                                      field.default)))
-    fields.extend(own_fields.get(field.name, ()))
-  cls = collections.namedtuple(class_name, [f.name for f in fields],
-                               defaults=[f.default for f in fields],
-                               module=module)
-  cls.__annotations__ = {f.name: f.type for f in fields}
-  cls.__doc__ = f'{summary}\n\n{SHARED_FIELDS_DOC}'
-  return cls
+def shared(*names: str) -> Tuple[settings_lib.Setting, ...]:
+  """The shared settings of `names`, in that order (KeyError for a name
+  that is not shared)."""
+  return tuple(SHARED[name] for name in names)
 
 
 def validate_common(config, spec: Optional[types.EnvSpec], algorithm: str):

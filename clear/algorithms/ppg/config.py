@@ -23,81 +23,75 @@ as in DI-engine (clear's IMPALA learner clips them to [-1, 1]). Why each
 default: docs/algorithms.md#ppg.
 """
 
-from typing import NamedTuple
-
+from clear import settings as settings_lib
 from clear.ops import losses
 from clear.ops import value_estimators
 
 
-class PPGConfig(NamedTuple):
-  """Hyperparameters of PPG (see the module docstring for the defaults).
-
-  Attributes:
-    batch_size: unrolls per `learn` call (the run loop's batch).
-    num_replay: must be 0 (PPG is on-policy; kept for the run loop).
-    unroll_length: T, agent steps per unroll.
-    total_environment_frames: when the run stops (and over which the
-      learning rate decays when `decay_learning_rate`).
-    fixed_step_mul, step_mul: the environment's step multiplier, for the
-      frame count (see `clear.ops.transitions.frames_in_batch`).
-    discounting: gamma.
-    reward_clipping: a `clear.ops.losses.clip_rewards` mode.
-    reward_scaling: rewards are multiplied by this before clipping.
-    learning_rate: Adam learning rate of both networks.
-    decay_learning_rate: decay it linearly to 0 over the total frames.
-    adam_epsilon: Adam's epsilon.
-    clip_grad_norm: global-norm clipping of each network's gradients
-      (0 = off).
-    clip_ratio: PPO's epsilon: the ratio pi / pi_old is clipped to
-      [1 - clip_ratio, 1 + clip_ratio].
-    value_clip: value-loss clipping radius around the old value (0 = off).
-    entropy_cost: weight of the entropy bonus.
-    value_cost: weight of the value network's policy-phase loss.
-    value_estimator: one of `clear.ops.value_estimators.ESTIMATORS`.
-    gae_lambda: lambda of 'gae' and 'td_lambda'.
-    normalize_advantage: standardise advantages in each minibatch.
-    target_kl: once a minibatch's mean approximate KL between the policy
-      and the phase's old policy exceeds 1.5 x target_kl, the policy
-      network takes no more steps in that policy phase (the value network
-      goes on); 0 turns this off.
-    normalize_value: the value network and auxiliary head predict returns
-      standardised by a running mean and std (`ValueNormalizer`).
-    policy_epochs: passes over each batch in the policy phase.
-    num_minibatches: minibatches per pass (of the T * B samples).
-    aux_freq: policy iterations between auxiliary phases.
-    aux_train_epoch: passes over the memory in an auxiliary phase.
-    aux_bc_weight: weight of the behaviour-cloning KL.
-    aux_num_minibatches: minibatches per auxiliary pass; 0 keeps the policy
-      phase's minibatch size (num_minibatches per stored iteration).
-  """
-  batch_size: int = 8
-  num_replay: int = 0
-  unroll_length: int = 64
-  total_environment_frames: int = 1_000_000
-  fixed_step_mul: bool = True
-  step_mul: int = 1
-  discounting: float = 0.99
-  reward_clipping: str = 'none'
-  reward_scaling: float = 1.0
-  learning_rate: float = 1e-3
-  decay_learning_rate: bool = True
-  adam_epsilon: float = 1e-8
-  clip_grad_norm: float = 10.0
-  clip_ratio: float = 0.2
-  value_clip: float = 0.0
-  entropy_cost: float = 0.001
-  value_cost: float = 0.5
-  value_estimator: str = 'gae'
-  gae_lambda: float = 0.95
-  normalize_advantage: bool = True
-  normalize_value: bool = True
-  target_kl: float = 0.02
-  policy_epochs: int = 1
-  num_minibatches: int = 8
-  aux_freq: int = 8
-  aux_train_epoch: int = 6
-  aux_bc_weight: float = 1.0
-  aux_num_minibatches: int = 0
+_Setting = settings_lib.Setting
+# PPGConfig's fields, in order, each with its default and help.
+SETTINGS = (
+    _Setting('batch_size', 8,
+             "unrolls per `learn` call (the run loop's batch)."),
+    _Setting('num_replay', 0,
+             'must be 0 (PPG is on-policy; kept for the run loop).'),
+    _Setting('unroll_length', 64, 'T, agent steps per unroll.'),
+    _Setting('total_environment_frames', 1_000_000,
+             'when the run stops (and over which the learning rate decays '
+             'when `decay_learning_rate`).'),
+    _Setting('fixed_step_mul', True,
+             "the environment's step multiplier, for the frame count (see "
+             '`clear.ops.transitions.frames_in_batch`).'),
+    _Setting('step_mul', 1,
+             "the environment's step multiplier, for the frame count (see "
+             '`clear.ops.transitions.frames_in_batch`).'),
+    _Setting('discounting', 0.99, 'gamma.'),
+    _Setting('reward_clipping', 'none',
+             'a `clear.ops.losses.clip_rewards` mode.'),
+    _Setting('reward_scaling', 1.0,
+             'rewards are multiplied by this before clipping.'),
+    _Setting('learning_rate', 1e-3, 'Adam learning rate of both networks.'),
+    _Setting('decay_learning_rate', True,
+             'decay it linearly to 0 over the total frames.'),
+    _Setting('adam_epsilon', 1e-8, "Adam's epsilon."),
+    _Setting('clip_grad_norm', 10.0,
+             "global-norm clipping of each network's gradients (0 = off)."),
+    _Setting('clip_ratio', 0.2,
+             "PPO's epsilon: the ratio pi / pi_old is clipped to "
+             '[1 - clip_ratio, 1 + clip_ratio].'),
+    _Setting('value_clip', 0.0,
+             'value-loss clipping radius around the old value (0 = off).'),
+    _Setting('entropy_cost', 0.001, 'weight of the entropy bonus.'),
+    _Setting('value_cost', 0.5,
+             "weight of the value network's policy-phase loss."),
+    _Setting('value_estimator', 'gae',
+             'one of `clear.ops.value_estimators.ESTIMATORS`.'),
+    _Setting('gae_lambda', 0.95, "lambda of 'gae' and 'td_lambda'."),
+    _Setting('normalize_advantage', True,
+             'standardise advantages in each minibatch.'),
+    _Setting('normalize_value', True,
+             'the value network and auxiliary head predict returns '
+             'standardised by a running mean and std (`ValueNormalizer`).'),
+    _Setting('target_kl', 0.02,
+             "once a minibatch's mean approximate KL between the policy "
+             "and the phase's old policy exceeds 1.5 x target_kl, the "
+             'policy network takes no more steps in that policy phase (the '
+             'value network goes on); 0 turns this off.'),
+    _Setting('policy_epochs', 1, 'passes over each batch in the policy phase.'),
+    _Setting('num_minibatches', 8,
+             'minibatches per pass (of the T * B samples).'),
+    _Setting('aux_freq', 8, 'policy iterations between auxiliary phases.'),
+    _Setting('aux_train_epoch', 6,
+             'passes over the memory in an auxiliary phase.'),
+    _Setting('aux_bc_weight', 1.0, 'weight of the behaviour-cloning KL.'),
+    _Setting('aux_num_minibatches', 0,
+             "minibatches per auxiliary pass; 0 keeps the policy phase's "
+             'minibatch size (num_minibatches per stored iteration).'),
+)
+PPGConfig = settings_lib.settings_class(
+    'PPGConfig', SETTINGS,
+    summary='Hyperparameters of PPG (see the module docstring for the '
+    'defaults).')
 
 
 def validate_config(config: PPGConfig):

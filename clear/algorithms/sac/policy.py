@@ -47,34 +47,18 @@ entropy is an exact sum over the actions instead of the log-probability of one
 sampled action; the actor and temperature losses use the transitions' start
 states.
 
-Config (`SACConfig`): the fields SAC shares with DDPG (`SACConfig`'s
-docstring and `clear.algorithms.off_policy.config` describe them; SAC's
-num_critics defaults to 2) and SAC's own, below (defaults in brackets). The
-defaults are the ones checked on gym:Pendulum-v1 and gym:CartPole-v1 with
-64-unit MLPs (docs/algorithms.md#sac): against the usual SAC
-settings (Haarnoja et al.: learning rates 3e-4, batches of 256) they use
-learning rates of 1e-3 and batches of 128, which learn these small tasks in
-fewer updates; ALF's log alpha starts at 0 as here. With sample_length
-raised, td1 and td_lambda give n-step-like targets.
-  alpha_learning_rate [1e-3]: Adam learning rate of the temperature(s).
-  target_entropy [None]: None derives it from the action spec (continuous:
-    -1 per entry of the [-1, 1]-scaled action, i.e. sum(log half range - 1)
-    in the env's units; discrete: 0.3 log A; with a prior actor
-    -target_kld_per_dim per entry); a float; a callable of each head's spec
-    (summed per part); for mixed actions a (discrete, continuous) pair.
-  initial_alpha [1.0]: initial temperature(s).
-  max_log_alpha [None]: cap on log alpha.
-  prior_actor ['']: the prior the policy is regularised towards by KL
-    instead of maximising its entropy: '' (none), 'uniform' or
-    'same_action'.
-  prior_kl_weight [1.0]: w, the weight of log prior in the regulariser
-    log pi - w log prior (with a prior actor).
-  target_kld_per_dim [3.0]: with a prior actor, the default target
-    entropy is -target_kld_per_dim per action entry.
+Config (`SACConfig`, declared by `SETTINGS`): the fields SAC shares with
+DDPG (`clear.algorithms.off_policy.config`; SAC's num_critics defaults to
+2) and SAC's own. The defaults are the ones checked on gym:Pendulum-v1 and
+gym:CartPole-v1 with 64-unit MLPs (docs/algorithms.md#sac): against the
+usual SAC settings (Haarnoja et al.: learning rates 3e-4, batches of 256)
+they use learning rates of 1e-3 and batches of 128, which learn these small
+tasks in fewer updates; ALF's log alpha starts at 0 as here. With
+sample_length raised, td1 and td_lambda give n-step-like targets.
 """
 
 import math
-from typing import Callable, Dict, NamedTuple, Optional, Tuple, Union
+from typing import Dict, NamedTuple, Optional
 
 import numpy as np
 import sonnet as snt
@@ -82,6 +66,7 @@ import tensorflow as tf
 
 from agents import heads
 from agents import initializers
+from clear import settings as settings_lib
 from clear import types
 from clear.algorithms.off_policy import config as off_policy_config
 from clear.algorithms.off_policy import losses as off_policy_losses
@@ -96,22 +81,45 @@ PRIORS = ('', 'uniform', 'same_action')
 SAME_ACTION_UNIFORM_WEIGHT = 0.5
 SAME_ACTION_STD = 0.1
 
-_Field = off_policy_config.Field
-SACConfig = off_policy_config.config_class(
-    'SACConfig', __name__,
-    'SAC hyperparameters; the module docstring describes SAC\'s own fields.',
-    own_fields={
-        'critic_learning_rate': [_Field('alpha_learning_rate', float, 1e-3)],
-        'num_critics': [
-            _Field('target_entropy',
-                   Union[None, float, Callable, Tuple[float, float]], None),
-            _Field('initial_alpha', float, 1.0),
-            _Field('max_log_alpha', Optional[float], None),
-            _Field('prior_actor', str, ''),
-            _Field('prior_kl_weight', float, 1.0),
-            _Field('target_kld_per_dim', float, 3.0),
-        ]},
-    defaults={'num_critics': 2})
+_Setting = settings_lib.Setting
+_shared = off_policy_config.shared
+# SACConfig's fields, in order: the shared ones with SAC's own among them.
+SETTINGS = (
+    *_shared('batch_size', 'num_replay', 'unroll_length',
+             'total_environment_frames', 'fixed_step_mul', 'step_mul',
+             'discounting', 'reward_scaling', 'actor_learning_rate',
+             'critic_learning_rate'),
+    _Setting('alpha_learning_rate', 1e-3,
+             'Adam learning rate of the temperature(s).'),
+    *_shared('tau', 'target_update_period'),
+    off_policy_config.SHARED['num_critics']._replace(default=2),
+    _Setting('target_entropy', None,
+             'None derives it from the action spec (continuous: -1 per '
+             'entry of the [-1, 1]-scaled action, i.e. sum(log half range '
+             "- 1) in the env's units; discrete: 0.3 log A; with a prior "
+             'actor -target_kld_per_dim per entry); a float; a callable of '
+             "each head's spec (summed per part); for mixed actions a "
+             '(discrete, continuous) pair.', kind=float),
+    _Setting('initial_alpha', 1.0, 'initial temperature(s).'),
+    _Setting('max_log_alpha', None, 'cap on log alpha.', kind=float),
+    _Setting('prior_actor', '',
+             'the prior the policy is regularised towards by KL instead of '
+             "maximising its entropy: '' (none), 'uniform' or "
+             "'same_action'."),
+    _Setting('prior_kl_weight', 1.0,
+             'w, the weight of log prior in the regulariser log pi - w log '
+             'prior (with a prior actor).'),
+    _Setting('target_kld_per_dim', 3.0,
+             'with a prior actor, the default target entropy is '
+             '-target_kld_per_dim per action entry.'),
+    *_shared('value_estimator', 'td_lambda', 'sample_length',
+             'sample_batch_size', 'replay_capacity', 'prioritized',
+             'priority_exponent', 'importance_exponent', 'learning_starts',
+             'random_actions_until_start', 'updates_per_step',
+             'clip_grad_norm', 'jit_compile'),
+)
+SACConfig = settings_lib.settings_class('SACConfig', SETTINGS,
+                                        summary='SAC hyperparameters.')
 
 
 def validate_config(config: SACConfig,

@@ -22,32 +22,14 @@ Adding a method is one module with a `Method` subclass, registered in
 """
 
 import abc
-import collections
-from typing import Any, ClassVar, Dict, List, NamedTuple, Sequence, Tuple
+from typing import Any, ClassVar, Dict, List, NamedTuple, Tuple
 
+from clear import settings as settings_lib
 from clear.continual import clock as clock_lib
 
-
-class Setting(NamedTuple):
-  """One setting of a method: a `clear.train` flag of the same name.
-
-  Attributes:
-    name: the flag's and the settings field's name.
-    default: its default; its type (bool, int, float, str) is the flag's.
-    help: the flag's help.
-  """
-  name: str
-  default: Any
-  help: str
-
-
-def settings_class(class_name: str, settings: Sequence[Setting]) -> type:
-  """A NamedTuple class with one field per setting, at its default."""
-  cls = collections.namedtuple(class_name, [s.name for s in settings],
-                               defaults=[s.default for s in settings])
-  cls.__doc__ = 'Settings: ' + '; '.join(
-      f'{s.name} (default {s.default!r}): {s.help}' for s in settings)
-  return cls
+# A method declares its settings with these (`clear.settings`).
+Setting = settings_lib.Setting
+settings_class = settings_lib.settings_class
 
 
 class Context(NamedTuple):
