@@ -43,6 +43,7 @@ from clear import checkpoint as checkpoint_lib
 from clear.cli import configs
 from clear.cli import run_json
 from clear.cli import validation
+from clear.continual import methods as continual_methods
 from clear.runtime import evaluation
 from clear.runtime import run_config
 from clear.runtime import run_loop
@@ -344,9 +345,15 @@ def test_the_kept_runs_still_resume_as_they_are(path, tmp_path, caplog):
   given = {name: value for name, value in
            [*saved.items(), *saved['env_options'].items()]
            if name in flags.FLAGS and name != 'flags'}
+  # The record of the flags names the settings of every method, as earlier
+  # versions recorded them, at the defaults of their time; only the run's
+  # own method's are flags of the run.
+  method = saved.get('continual_method', 'none')
   given.update({name: value for name, value in saved.get('flags', {}).items()
-                if name not in flags.FLAGS or
-                value != flags.FLAGS[name].default})
+                if (name not in flags.FLAGS or
+                    value != flags.FLAGS[name].default) and
+                (name not in continual_methods.all_settings() or
+                 method in continual_methods.users_of(name))})
   if ',' in saved['env']:  # A sequence's frames follow from its schedule.
     given.pop('total_environment_frames', None)
   args = []

@@ -332,3 +332,22 @@ def test_flags_choose_the_method_and_its_boundaries():
       'given', methods.DEFAULT_CONSOLIDATION_INTERVAL_FRAMES)
   assert 'task_boundaries' not in run_config.run_identity(
       parse(*SEQUENCE, '--continual_method=online_ewc'))
+
+
+def test_run_json_records_only_the_flags_of_the_runs_own_method():
+  # Other methods' settings would be recorded at their defaults of the day,
+  # and read back as if they were the run's.
+  recorded = {args: set(parse(*SEQUENCE, *args).flags) for args in (
+      (), ('--continual_method=l2',),
+      ('--continual_method=online_ewc', '--task_boundaries=hidden'))}
+  settings = set(methods.all_settings())
+  assert not recorded[()] & (settings | {'task_boundaries',
+                                         'consolidation_interval_frames'})
+  assert recorded[('--continual_method=l2',)] & settings == {'l2_lambda'}
+  assert 'consolidation_interval_frames' not in recorded[
+      ('--continual_method=l2',)]
+  hidden = recorded[('--continual_method=online_ewc',
+                     '--task_boundaries=hidden')]
+  assert hidden & settings == {'ewc_lambda', 'ewc_gamma',
+                               'ewc_fisher_batches', 'ewc_fisher_frames'}
+  assert {'task_boundaries', 'consolidation_interval_frames'} <= hidden

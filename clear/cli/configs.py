@@ -77,12 +77,28 @@ UNRECORDED_FLAGS = ('mode', 'logdir', 'record', 'record_overwrite',
 RECORDED_WHEN_NOT = {'segment_lengths': 'equal'}
 
 
+def unused_method_flags(f) -> set:
+  """The continual-method flags that do not shape this run: the settings
+  of other methods than its own, and the boundaries without a method (the
+  interval without hidden boundaries)."""
+  unused = {name for name in cli_flags.METHOD_FLAGS
+            if f.continual_method not in continual_methods.users_of(name)}
+  if f.continual_method == 'none':
+    unused |= {'task_boundaries', 'consolidation_interval_frames'}
+  elif f.task_boundaries != 'hidden':
+    unused.add('consolidation_interval_frames')
+  return unused
+
+
 def recorded_flags(f) -> dict:
   """The values of clear.train's own flags (`cli_flags.FLAG_GROUPS`) that
   shape the run, by name, after the run's recorded settings were kept
-  (those of `RECORDED_WHEN_NOT` only when not at its value)."""
+  (those of `RECORDED_WHEN_NOT` only when not at its value; no setting of
+  a continual method the run does not use, `unused_method_flags`)."""
+  unused = unused_method_flags(f)
   names = [name for group in cli_flags.FLAG_GROUPS.groups()
-           for name in group.names if name not in UNRECORDED_FLAGS]
+           for name in group.names
+           if name not in UNRECORDED_FLAGS and name not in unused]
   family = defaults.FAMILY_DEFAULTS.get(defaults.env_family(f.env))
   values = {}
   for name in names:
