@@ -14,6 +14,7 @@ import numpy as np
 import psutil
 import pytest
 
+from clear.study import report as report_lib
 from clear.study import spec as spec_lib
 from clear.study import state as state_lib
 from clear.study import table as table_lib
@@ -371,3 +372,31 @@ def test_a_study_stopped_with_sigint_continues_where_it_stopped(tmp_path):
   assert log_text(tmp_path, 'quick_s0').count('=== clear.study') == 1
   states = {r.label: state_lib.status(r).state for r in study.runs}
   assert states['a_s0'] == 'finished' and states['a_s1'] == 'pending'
+
+
+def test_a_run_without_every_score_is_left_out_of_the_aggregates():
+  # A run that has just started has NaN scores: the aggregates leave it
+  # out and say so, rather than fail on a partial matrix.
+  class Run:  # A test fake: the two fields the report reads of a run.
+    def __init__(self, label, method):
+      self.label, self.method = label, method
+
+  def metrics(final):
+    per_task = {task: {'normalized_final_return': final,
+                       'normalized_forgetting_per_visit': 0.1}
+                for task in ('a', 'b')}
+    return {'tasks': ['a', 'b'], 'per_task': per_task,
+            'average_normalized_final_return': final,
+            'average_normalized_return_auc': 0.3}
+
+  loaded = [(Run('x_s0', 'x'), None), (Run('x_s1', 'x'), None),
+            (Run('y_s0', 'y'), None)]
+  found = {'x_s0': metrics(0.5), 'x_s1': metrics(float('nan')),
+           'y_s0': metrics(0.2)}
+  said = []
+  assert report_lib.aggregated_labels(loaded, found, said.append) == {
+      'x': ['x_s0'], 'y': ['y_s0']}
+  assert said == ['x_s1: left out of the aggregate statistics: not every '
+                  'task has a score yet.']
+  assert report_lib.has_every_score(metrics(0.0))
+  assert not report_lib.has_every_score(metrics(None))

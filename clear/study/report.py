@@ -127,6 +127,34 @@ def score_matrices(metrics: Dict[str, dict], labels_by_method: Dict[
   return scores
 
 
+def has_every_score(metrics: dict) -> bool:
+  """Whether a run's metrics hold a finite value of every aggregate's
+  score on every task (a run that has just started has none yet)."""
+  values = [metrics.get('average_normalized_return_auc')]
+  for _, _, key, _ in AGGREGATES:
+    if key is not None:
+      values += [metrics.get('per_task', {}).get(task, {}).get(key)
+                 for task in metrics.get('tasks', ())]
+  return all(isinstance(v, (int, float)) and np.isfinite(v) for v in values)
+
+
+def aggregated_labels(loaded, metrics: Dict[str, dict], say=print
+                      ) -> Dict[str, List[str]]:
+  """{method: labels} of the `loaded` runs ((spec Run, plot Run) pairs)
+  whose metrics have every score; the others are named and left out."""
+  by_method = {}
+  for run, _ in loaded:
+    if run.label not in metrics:
+      continue
+    if 'average_normalized_final_return' in metrics[run.label] and (
+        not has_every_score(metrics[run.label])):
+      say(f'{run.label}: left out of the aggregate statistics: not every '
+          'task has a score yet.')
+      continue
+    by_method.setdefault(run.method, []).append(run.label)
+  return by_method
+
+
 def _estimate_json(estimate) -> dict:
   return {'iqm': estimate.point, 'low': estimate.low, 'high': estimate.high}
 
@@ -225,11 +253,8 @@ def write_report(study: spec_lib.Study, runs: Sequence[spec_lib.Run],
   names = {key: method.name for key, method in study.methods.items()}
   result = None
   if normalized:
-    by_method = {}
-    for run, _ in loaded:
-      if run.label in metrics:
-        by_method.setdefault(run.method, []).append(run.label)
-    result = aggregates(metrics, by_method, report.improvement_of)
+    result = aggregates(metrics, aggregated_labels(loaded, metrics, say),
+                        report.improvement_of)
     if report.aggregate:
       schedule_lib.write_json(report.aggregate, result)
       say(f'Wrote {report.aggregate}')
