@@ -154,13 +154,17 @@ def make_l2_policy(lam):
                                     method=method)
 
 
-def test_l2_adds_nothing_before_an_anchor_and_its_penalty_after(tmp_path):
+def test_l2_adds_nothing_before_an_anchor_and_its_penalty_after(tmp_path,
+                                                                caplog):
   policy = make_l2_policy(3.0)
   plain = learner_lib.ImpalaClearLearner(policy.agent, policy.learner.config)
   batch = random_batch(policy, 0)
   _, metrics = policy.learner._grads_fn(batch)
   assert metrics['loss/l2'].numpy() == 0.0
-  assert policy.consolidate(clock_lib.Period(0, 0, 40))['anchor_norm'] > 0
+  with caplog.at_level('INFO'):
+    assert policy.consolidate(clock_lib.Period(0, 0, 40))['anchor_norm'] > 0
+  assert 'l2: period 0 ended at 40 frames: the weights are the anchor' in (
+      caplog.text)
   assert policy.consolidate(clock_lib.Period(0, 0, 40)) == {}  # Once.
   anchor = [v.numpy() for v in policy.agent.trainable_variables]
   for v in policy.agent.trainable_variables:

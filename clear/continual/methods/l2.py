@@ -13,6 +13,7 @@ The default lambda, 0.01, spreads evenly the total weight EWC's default
 penalty puts on one anchor (docs/continual.md#methods-built-for-forgetting).
 """
 
+import logging
 import math
 from typing import List, Sequence
 
@@ -106,4 +107,7 @@ class L2(base.Method):
       anchor.assign(value)
     self.state.weight.assign(1.0)
     self.state.num_boundaries.assign(following)
-    return {'anchor_norm': float(tf.linalg.global_norm(self.state.anchor))}
+    norm = float(tf.linalg.global_norm(self.state.anchor))
+    logging.info('l2: %s: the weights are the anchor (norm %.4g).',
+                 ended.ended(), norm)
+    return {'anchor_norm': norm}
