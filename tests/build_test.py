@@ -101,7 +101,8 @@ def _is_module(dotted, root=ROOT):
 
 
 def project_imports(path, root=ROOT):
-  """Project modules ('clear.ops.vtrace', 'envs', ...) a Python file imports
+  """Project modules ('clear.ops.vtrace', 'envs',
+  'tests.random_batches', ...) a Python file imports
   (`from clear.ops import vtrace` imports 'clear.ops.vtrace'; `from envs
   import make` imports 'envs')."""
   with open(path) as f:
@@ -110,10 +111,10 @@ def project_imports(path, root=ROOT):
   for node in ast.walk(module):
     if isinstance(node, ast.Import):
       for alias in node.names:
-        if alias.name.split('.')[0] in LIBRARY_PACKAGES:
+        if alias.name.split('.')[0] in TOP_PACKAGES:
           found.add(alias.name)
     elif isinstance(node, ast.ImportFrom) and node.module and (
-        node.level == 0 and node.module.split('.')[0] in LIBRARY_PACKAGES):
+        node.level == 0 and node.module.split('.')[0] in TOP_PACKAGES):
       for alias in node.names:
         candidate = f'{node.module}.{alias.name}'
         found.add(candidate if _is_module(candidate, root) else node.module)

@@ -47,6 +47,7 @@ from clear.continual import methods as continual_methods
 from clear.runtime import evaluation
 from clear.runtime import run_config
 from clear.runtime import run_loop
+from tests import train_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, 'tests', 'testdata', 'logdirs_v1')
@@ -104,13 +105,8 @@ def start_test_mode(logdir):
 
 def config_from(logdir, *args):
   """The RunConfig the binary makes from these flags (as `train._main`)."""
-  with flagsaver.flagsaver():
-    flags.FLAGS.unparse_flags()
-    flags.FLAGS(['train', f'--logdir={logdir}', '--log_interval_s=1000',
-                 *COMMON, *args])
-    run_json.keep_run_settings(flags.FLAGS)
-    validation.validate(flags.FLAGS)
-    return configs.config_from_flags(flags.FLAGS)
+  return train_flags.parse(f'--logdir={logdir}', '--log_interval_s=1000',
+                           *COMMON, *args)
 
 
 def checkpoint_values(path):

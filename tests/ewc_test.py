@@ -7,18 +7,12 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from absl import flags
-from absl.testing import flagsaver
 
 from clear import checkpoint as checkpoint_lib
 from clear import train
-from clear import types
 from clear.algorithms import policy as policy_lib
 from clear.algorithms.impala import learner as learner_lib
 from clear.algorithms.impala import policy as impala_policy
-from clear.cli import configs
-from clear.cli import run_json
-from clear.cli import validation
 from clear.continual import clock as clock_lib
 from clear.continual import ewc
 from clear.continual import methods
@@ -27,11 +21,10 @@ from clear.continual.methods import base
 from clear.continual.methods import ewc as ewc_methods
 from clear.runtime import run_config
 from clear.runtime import run_loop
+from tests import train_flags
+from tests.random_batches import CARTPOLE_SPEC
 from tests.random_batches import random_batch
 
-CARTPOLE_SPEC = types.EnvSpec(
-    observation_spec={'vector': types.ArraySpec((4,), np.float32)},
-    action_spec={'action': types.DiscreteSpec(2)}, name='gym:CartPole-v1')
 
 
 @pytest.fixture(autouse=True)
@@ -394,14 +387,7 @@ def test_a_run_keeps_its_method_and_refuses_another(tmp_path):
 # --- The flags --------------------------------------------------------------
 
 
-def parse(*args):
-  """validate + config_from_flags, as the binary runs them."""
-  with flagsaver.flagsaver():
-    flags.FLAGS.unparse_flags()
-    flags.FLAGS(['train', '--logdir=/nonexistent/ewc', *args])
-    run_json.keep_run_settings(flags.FLAGS)
-    validation.validate(flags.FLAGS)
-    return configs.config_from_flags(flags.FLAGS)
+parse = train_flags.parse
 
 
 SEQUENCE = '--env=minatar:Breakout,minatar:Freeway'

@@ -7,8 +7,6 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from absl import flags
-from absl.testing import flagsaver
 
 import agents
 from agents import pnc as pnc_agents
@@ -21,9 +19,6 @@ from clear.algorithms import registry
 from clear.algorithms.impala import config as impala_config
 from clear.algorithms.impala import policy as impala_policy
 from clear.algorithms.pnc import policy as pnc_policy
-from clear.cli import configs
-from clear.cli import run_json
-from clear.cli import validation
 from clear.continual import clock as clock_lib
 from clear.continual import methods as continual_methods
 from clear.continual import pnc
@@ -31,14 +26,13 @@ from clear.continual.methods import base
 from clear.runtime import evaluation
 from clear.runtime import run_config
 from clear.runtime import run_loop
+from tests import train_flags
+from tests.random_batches import CARTPOLE_SPEC
 from tests.random_batches import random_batch
 
 MINATAR_SPEC = types.EnvSpec(
     observation_spec={'board': types.ArraySpec((10, 10, 4), np.bool_)},
     action_spec={'action': types.DiscreteSpec(6)}, name='minatar:Test')
-CARTPOLE_SPEC = types.EnvSpec(
-    observation_spec={'vector': types.ArraySpec((4,), np.float32)},
-    action_spec={'action': types.DiscreteSpec(2)}, name='gym:CartPole-v1')
 
 
 @pytest.fixture(autouse=True)
@@ -678,14 +672,7 @@ def test_a_pnc_run_records_its_schedule_and_refuses_another(tmp_path):
 # --- The flags ----------------------------------------------------------------
 
 
-def parse(*args):
-  """validate + config_from_flags, as the binary runs them."""
-  with flagsaver.flagsaver():
-    flags.FLAGS.unparse_flags()
-    flags.FLAGS(['train', '--logdir=/nonexistent/pnc', *args])
-    run_json.keep_run_settings(flags.FLAGS)
-    validation.validate(flags.FLAGS)
-    return configs.config_from_flags(flags.FLAGS)
+parse = train_flags.parse
 
 
 SEQUENCE = ['--env=minatar:Breakout,minatar:Freeway', '--frames_per_task=10']

@@ -3,7 +3,13 @@ learner tests (EWC, Progress & Compress)."""
 
 import numpy as np
 
+from clear import types
 from clear.algorithms import policy as policy_lib
+
+# The spec of gym's CartPole-v1, whose unrolls `random_batch` imitates.
+CARTPOLE_SPEC = types.EnvSpec(
+    observation_spec={'vector': types.ArraySpec((4,), np.float32)},
+    action_spec={'action': types.DiscreteSpec(2)}, name='gym:CartPole-v1')
 
 
 def random_batch(policy, seed, t=5, b=4):

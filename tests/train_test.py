@@ -24,6 +24,7 @@ from clear.cli import validation
 from clear.continual import schedule as schedule_lib
 from clear.runtime import run_config
 from clear.runtime import run_loop
+from tests import train_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -509,13 +510,9 @@ def test_run_settings_fill_the_flags_left_unset():
 
 
 def _sequence_config(*args):
-  with flagsaver.flagsaver():
-    flags.FLAGS.unparse_flags()
-    flags.FLAGS(['train', '--env=gym:CartPole-v1,gym:Acrobot-v1',
-                 '--frames_per_task=100', '--num_task_cycles=2', *args])
-    run_json.keep_run_settings(flags.FLAGS)
-    validation.validate(flags.FLAGS)
-    return configs.config_from_flags(flags.FLAGS)
+  return train_flags.parse('--env=gym:CartPole-v1,gym:Acrobot-v1',
+                           '--frames_per_task=100', '--num_task_cycles=2',
+                           *args)
 
 
 def test_random_segment_lengths_are_part_of_the_run_identity(tmp_path):
@@ -569,12 +566,7 @@ def test_random_segment_lengths_are_part_of_the_run_identity(tmp_path):
 
 
 def _atari_config(*args):
-  with flagsaver.flagsaver():
-    flags.FLAGS.unparse_flags()
-    flags.FLAGS(['train', '--env=atari:Pong', *args])
-    run_json.keep_run_settings(flags.FLAGS)
-    validation.validate(flags.FLAGS)
-    return configs.config_from_flags(flags.FLAGS)
+  return train_flags.parse('--env=atari:Pong', *args)
 
 
 def test_a_resume_keeps_the_settings_its_run_json_records(tmp_path, caplog,

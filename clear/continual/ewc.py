@@ -34,7 +34,7 @@ non-trainable variables so `tf.train.Checkpoint` saves them.
 
 import collections
 import math
-from typing import Iterable, List, Sequence
+from typing import Iterable, List, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -255,6 +255,29 @@ def summarize_fisher(fisher: Sequence[tf.Tensor],
   return FisherSummary(mean=float(tf.reduce_mean(flat)),
                        max=float(tf.reduce_max(flat)),
                        num_batches=int(num_batches))
+
+
+def fisher_from_batches(gradients_fn, batches) -> Tuple[List[tf.Tensor],
+                                                       FisherSummary]:
+  """The diagonal Fisher over M batches, and its summary.
+
+  Args:
+    gradients_fn: batch -> N gradient tensors (called once per batch, as
+      the batch is drawn).
+    batches: an iterable of M batches (a generator is fine).
+
+  Returns:
+    (N tensors, 1/M sum_m g_m^2; its `FisherSummary` with M batches).
+  """
+  count = [0]
+
+  def gradients():
+    for batch in batches:
+      count[0] += 1
+      yield gradients_fn(batch)
+
+  diagonal = fisher_diagonal(gradients())
+  return diagonal, summarize_fisher(diagonal, count[0])
 
 
 def fisher_buffer_unrolls(frames: int, unroll_length: int,

@@ -170,18 +170,12 @@ class PncLearner(learner_lib.ImpalaClearLearner):
     Returns:
       `ewc.FisherSummary` of the new task's Fisher.
     """
-    count = [0]
-
-    def gradients():
-      for batch in batches:
-        count[0] += 1
-        yield self._kb_fisher_grads_fn(batch)
-
-    fisher = ewc.fisher_diagonal(gradients())
+    fisher, summary = ewc.fisher_from_batches(self._kb_fisher_grads_fn,
+                                              batches)
     self.knowledge_base_ewc.consolidate(
         0, self.pnc_agent.knowledge_base_variables, fisher,
         self.settings.ewc_gamma)
-    return ewc.summarize_fisher(fisher, count[0])
+    return summary
 
   # --- Compress ------------------------------------------------------------
 

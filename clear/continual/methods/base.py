@@ -49,6 +49,22 @@ class Context(NamedTuple):
   stacked_frames: Tuple[str, ...] = ()
 
 
+def consolidated(counter, ended: clock_lib.Period) -> bool:
+  """Whether period `ended` is consolidated already.
+
+  Args:
+    counter: an int64 variable of the method's checkpoint holding how many
+      periods it has consolidated (so a resume redoes none).
+    ended: the period that ended.
+  """
+  return int(counter.numpy()) > ended.index
+
+
+def mark_consolidated(counter, ended: clock_lib.Period):
+  """Records in `counter` that periods up to `ended` are consolidated."""
+  counter.assign(ended.index + 1)
+
+
 class Method(abc.ABC):
   """A continual-learning method (see the module docstring).
 

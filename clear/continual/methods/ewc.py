@@ -23,7 +23,7 @@ says why).
 import logging
 import math
 import time
-from typing import List, Tuple
+from typing import List
 
 import tensorflow as tf
 
@@ -97,27 +97,39 @@ class KeptUnrolls:
     return (replay_lib.swap_time_and_batch(self.buffer.sample(batch_size))
             for _ in range(count))
 
+  def fisher_stats(self, estimate, batch_size: int, count: int, who: str,
+                   what: str, if_none_kept: str):
+    """Estimates a Fisher from the kept unrolls and logs it.
+
+    Args:
+      estimate: called with `count` batches of `batch_size` kept unrolls
+        (`batches`); returns its `ewc.FisherSummary`.
+      batch_size, count: as `batches`.
+      who: the method's name, for the log.
+      what: what ended (`clock.Period.ended()`), for the log.
+      if_none_kept: what follows when no unroll is kept, for the warning.
+
+    Returns:
+      {'fisher_mean', 'fisher_max', 'fisher_batches'}, or {} when no unroll
+      is kept (`estimate` is then not called).
+    """
+    if not len(self.buffer):
+      logging.warning('%s: %s with none of its unrolls kept (a resume with '
+                      'an empty buffer?): %s.', who, what, if_none_kept)
+      return {}
+    start = time.monotonic()
+    summary = estimate(self.batches(batch_size, count))
+    logging.info(
+        '%s: %s: Fisher from %d batches of %d unrolls drawn from its last '
+        '%d, mean %.3g, max %.3g (%.1f s).', who, what, summary.num_batches,
+        batch_size, len(self.buffer), summary.mean, summary.max,
+        time.monotonic() - start)
+    return {'fisher_mean': summary.mean, 'fisher_max': summary.max,
+            'fisher_batches': summary.num_batches}
+
   def restart(self, period: int):
     """Empties the FIFO for period `period` (reseeding its sampling)."""
     self.buffer = self._new(period)
-
-
-def fisher(gradients_fn, batches
-           ) -> Tuple[List[tf.Tensor], ewc.FisherSummary]:
-  """The diagonal Fisher from `gradients_fn(batch)` over `batches`.
-
-  Returns:
-    (the Fisher, one tensor per variable; its `ewc.FisherSummary`).
-  """
-  count = [0]
-
-  def gradients():
-    for batch in batches:
-      count[0] += 1
-      yield gradients_fn(batch)
-
-  diagonal = ewc.fisher_diagonal(gradients())
-  return diagonal, ewc.summarize_fisher(diagonal, count[0])
 
 
 class Ewc(base.Method):
@@ -170,33 +182,23 @@ class Ewc(base.Method):
     return {KeptUnrolls.NAME: self.kept.buffer}
 
   def consolidate(self, ended):
-    state, settings = self.state, self.settings
-    following = ended.index + 1
-    if int(state.num_boundaries.numpy()) >= following:
+    state = self.state
+    if base.consolidated(state.num_boundaries, ended):
       return {}
     start = time.monotonic()
-    what = ended.ended()
-    buffer = self.kept.buffer
-    stats = {}
-    if len(buffer):
-      batch_size = self._learner.config.batch_size
-      diagonal, summary = fisher(
-          self._gradients,
-          self.kept.batches(batch_size, settings.ewc_fisher_batches))
+
+    def estimate(batches):
+      diagonal, summary = ewc.fisher_from_batches(self._gradients,
+                                                   batches)
       self._record(ended, diagonal)
-      stats = {'fisher_mean': summary.mean, 'fisher_max': summary.max,
-               'fisher_batches': summary.num_batches}
-      logging.info(
-          '%s: %s: Fisher from %d batches of %d unrolls drawn from its last '
-          '%d, mean %.3g, max %.3g (%.1f s).', self.NAME, what,
-          summary.num_batches, batch_size, len(buffer), summary.mean,
-          summary.max, time.monotonic() - start)
-    else:
-      logging.warning('%s: %s with none of its unrolls kept (a resume with '
-                      'an empty buffer?): it gets no anchor.', self.NAME,
-                      what)
-    state.num_boundaries.assign(following)
-    self.kept.restart(following)
+      return summary
+
+    stats = self.kept.fisher_stats(
+        estimate, self._learner.config.batch_size,
+        self.settings.ewc_fisher_batches, self.NAME, ended.ended(),
+        'it gets no anchor')
+    base.mark_consolidated(state.num_boundaries, ended)
+    self.kept.restart(ended.index + 1)
     if ended.task is not None:  # Under hidden boundaries, every period.
       stats['num_anchors'] = state.num_anchors
     stats['seconds'] = time.monotonic() - start

@@ -100,13 +100,12 @@ class L2(base.Method):
     return {'continual': self.state}
 
   def consolidate(self, ended):
-    following = ended.index + 1
-    if int(self.state.num_boundaries.numpy()) >= following:
+    if base.consolidated(self.state.num_boundaries, ended):
       return {}
     for anchor, value in zip(self.state.anchor, self._variables()):
       anchor.assign(value)
     self.state.weight.assign(1.0)
-    self.state.num_boundaries.assign(following)
+    base.mark_consolidated(self.state.num_boundaries, ended)
     norm = float(tf.linalg.global_norm(self.state.anchor))
     logging.info('l2: %s: the weights are the anchor (norm %.4g).',
                  ended.ended(), norm)

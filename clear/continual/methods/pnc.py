@@ -95,34 +95,21 @@ class Pnc(base.Method):
   def consolidate(self, ended):
     learner, settings = self._learner, self.settings
     state = learner.knowledge_base_ewc
-    following = ended.index + 1
-    if int(state.num_boundaries.numpy()) >= following:
+    if base.consolidated(state.num_boundaries, ended):
       return {}
     start = time.monotonic()
-    what = ended.ended()
-    buffer = self.kept.buffer
-    stats = {}
-    if len(buffer):
-      summary = learner.consolidate_knowledge_base(self.kept.batches(
-          learner.config.batch_size, settings.ewc_fisher_batches))
-      stats = {'fisher_mean': summary.mean, 'fisher_max': summary.max,
-               'fisher_batches': summary.num_batches}
-      logging.info(
-          'pnc: %s: knowledge base Fisher from %d batches of %d unrolls '
-          'drawn from its last %d, mean %.3g, max %.3g.', what,
-          summary.num_batches, learner.config.batch_size, len(buffer),
-          summary.mean, summary.max)
-    else:
-      logging.warning('pnc: %s with none of its unrolls kept (a resume with '
-                      "an empty buffer?): the knowledge base's Fisher and "
-                      'anchor stay as they were.', what)
+    following = ended.index + 1
+    stats = self.kept.fisher_stats(
+        learner.consolidate_knowledge_base, learner.config.batch_size,
+        settings.ewc_fisher_batches, 'pnc: knowledge base', ended.ended(),
+        "the knowledge base's Fisher and anchor stay as they were")
     if settings.pnc_reset_active_column:
       learner.pnc_agent.reset_active_column(
           pnc_agents.active_column_seed(self.context.seed, following))
       logging.info('pnc: active column re-initialised for period %d '
                    '(%.1f s with the Fisher).', following,
                    time.monotonic() - start)
-    state.num_boundaries.assign(following)
+    base.mark_consolidated(state.num_boundaries, ended)
     self.kept.restart(following)
     stats.update(active_column_reset=float(settings.pnc_reset_active_column),
                  seconds=time.monotonic() - start)
