@@ -1,6 +1,5 @@
 """Tests of the method interface, the clock, hidden task boundaries and L2."""
 
-import glob
 import os
 import re
 
@@ -23,6 +22,7 @@ from clear.continual.methods import base
 from clear.continual.methods import l2
 from clear.runtime import run_config
 from clear.runtime import run_loop
+from tests.event_files import scalar_series
 from tests import train_flags
 from tests.random_batches import CARTPOLE_SPEC
 from tests.random_batches import random_batch
@@ -217,15 +217,6 @@ def sequence_config(logdir, method='recording', boundaries='given', **kwargs):
       'continual': methods.make_config(method, boundaries, 30, **kwargs)})
 
 
-def scalars(logdir, tag):
-  found = []
-  for path in sorted(glob.glob(os.path.join(str(logdir), 'events.*'))):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      found += [(event.step, float(tf.make_ndarray(v.tensor)))
-                for v in event.summary.value if v.tag == tag]
-  return found
-
-
 def test_under_hidden_boundaries_a_method_never_learns_of_a_switch(
     tmp_path, monkeypatch):
   monkeypatch.setitem(methods.METHODS, 'recording', RecordingMethod)
@@ -235,7 +226,7 @@ def test_under_hidden_boundaries_a_method_never_learns_of_a_switch(
     logdir = tmp_path / boundaries
     run_loop.train(sequence_config(logdir, boundaries=boundaries))
     runs[boundaries] = (list(RecordingMethod.calls),
-                        scalars(logdir, 'continual/ended_at'))
+                        scalar_series(logdir, 'continual/ended_at'))
   calls, ended = runs['hidden']
   assert calls[0] == ('attach', 'hidden')
   periods = [args for kind, args in calls if kind == 'consolidate']
@@ -259,9 +250,9 @@ def test_under_hidden_boundaries_a_method_never_learns_of_a_switch(
 def test_l2_consolidates_on_the_clock_in_a_run_and_records_it(tmp_path):
   config = sequence_config(tmp_path, 'l2', 'hidden', l2_lambda=10.0)
   run_loop.train(config)
-  anchored = scalars(tmp_path, 'continual/anchor_norm')
+  anchored = scalar_series(tmp_path, 'continual/anchor_norm')
   assert [step for step, _ in anchored] == [40, 60, 100, 120]
-  penalties = scalars(tmp_path, 'loss/l2')
+  penalties = scalar_series(tmp_path, 'loss/l2')
   assert len(penalties) == 8
   # 0 until the first anchor, and at each update that starts right after
   # a consolidation (from 40, 60, 100 and 120 frames: the weights are the

@@ -21,6 +21,8 @@ from clear.continual.methods import base
 from clear.continual.methods import ewc as ewc_methods
 from clear.runtime import run_config
 from clear.runtime import run_loop
+from tests.event_files import saved_tensors
+from tests.event_files import scalar_series
 from tests import train_flags
 from tests.random_batches import CARTPOLE_SPEC
 from tests.random_batches import random_batch
@@ -290,31 +292,15 @@ def sequence_config(logdir, **kwargs):
       'checkpoint_interval_s': 3600.0, **kwargs})
 
 
-def saved_tensors(logdir, prefix):
-  path = tf.train.latest_checkpoint(os.path.join(str(logdir), 'checkpoints'))
-  reader = tf.train.load_checkpoint(path)
-  return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()
-          if k.startswith(prefix)}
-
-
-def scalars(logdir, tag):
-  values = []
-  for path in sorted(glob.glob(os.path.join(str(logdir), 'events.*'))):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      values += [(event.step, float(tf.make_ndarray(v.tensor)))
-                 for v in event.summary.value if v.tag == tag]
-  return values
-
-
 def test_boundaries_make_anchors_and_a_resume_keeps_them_bit_for_bit(
     tmp_path, monkeypatch):
   whole = sequence_config(tmp_path / 'whole')
   run_loop.train(whole)
   # Boundaries at 40, 80 and 120 frames (not at the end): CartPole, then
   # Acrobot get an anchor; CartPole's second visit overwrites its own.
-  assert scalars(tmp_path / 'whole', 'continual/num_anchors') == [
+  assert scalar_series(tmp_path / 'whole', 'continual/num_anchors') == [
       (40, 1.0), (80, 2.0), (120, 2.0)]
-  penalties = scalars(tmp_path / 'whole', 'loss/ewc')
+  penalties = scalar_series(tmp_path / 'whole', 'loss/ewc')
   assert len(penalties) == 8
   # Zero in the first task and at the first update of the second (which
   # starts at the anchor); positive from then on.
@@ -346,7 +332,7 @@ def test_boundaries_make_anchors_and_a_resume_keeps_them_bit_for_bit(
   with open(os.path.join(state[0], 'replay.json')) as f:
     assert json.load(f)['size'] == 8  # 40 frames of CartPole.
   run_loop.train(parts)
-  assert scalars(tmp_path / 'parts', 'loss/ewc') == penalties
+  assert scalar_series(tmp_path / 'parts', 'loss/ewc') == penalties
   whole_state = saved_tensors(tmp_path / 'whole', '')
   parts_state = saved_tensors(tmp_path / 'parts', '')
   assert whole_state.keys() == parts_state.keys()

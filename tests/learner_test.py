@@ -1,7 +1,5 @@
 """Tests of the IMPALA-CLEAR and critic-pretraining train steps."""
 
-import glob
-import os
 
 import numpy as np
 import pytest
@@ -13,6 +11,7 @@ from clear import types
 from clear.algorithms.impala import learner as learner_lib
 from clear.ops import losses
 from clear.ops import transitions
+from tests import event_files
 
 OBS_DIM = 5
 NUM_ACTIONS = 3
@@ -441,10 +440,7 @@ def test_summaries_reach_a_tensorboard_event_file(tmp_path):
     learner.step(make_batch())
     learner.critic_step(make_batch())
   writer.flush()
-  tags = set()
-  for path in glob.glob(os.path.join(str(tmp_path), 'events.out.tfevents*')):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      tags.update(v.tag for v in event.summary.value)
+  tags = event_files.tags(tmp_path)
   for tag in ('loss/policy_gradient', 'loss/baseline', 'loss/entropy',
               'loss/policy_cloning', 'loss/value_cloning', 'loss/total',
               'grad_norm', 'learning_rate', 'policy/entropy', 'action/action',

@@ -1,8 +1,6 @@
 """Tests of Progress & Compress: the two columns, the loss, the phases, the
 learner, the run and the flags."""
 
-import glob
-import os
 
 import numpy as np
 import pytest
@@ -26,6 +24,8 @@ from clear.continual.methods import base
 from clear.runtime import evaluation
 from clear.runtime import run_config
 from clear.runtime import run_loop
+from tests.event_files import saved_tensors
+from tests.event_files import scalar_series
 from tests import train_flags
 from tests.random_batches import CARTPOLE_SPEC
 from tests.random_batches import random_batch
@@ -578,38 +578,22 @@ def sequence_config(logdir, **kwargs):
       'checkpoint_interval_s': 3600.0, **kwargs})
 
 
-def saved_tensors(logdir, prefix=''):
-  path = tf.train.latest_checkpoint(os.path.join(str(logdir), 'checkpoints'))
-  reader = tf.train.load_checkpoint(path)
-  return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()
-          if k.startswith(prefix)}
-
-
-def scalars(logdir, tag):
-  found = []
-  for path in sorted(glob.glob(os.path.join(str(logdir), 'events.*'))):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      found += [(event.step, float(tf.make_ndarray(v.tensor)))
-                for v in event.summary.value if v.tag == tag]
-  return found
-
-
 @pytest.mark.slow  # ~20-40 s: three short runs.
 def test_a_run_alternates_phases_and_a_resume_continues_bit_for_bit(
     tmp_path, monkeypatch):
   whole = sequence_config(tmp_path / 'whole')
   run_loop.train(whole)
-  assert scalars(tmp_path / 'whole', 'continual/pnc_phase') == [
+  assert scalar_series(tmp_path / 'whole', 'continual/pnc_phase') == [
       (0, 0.0), (40, 1.0), (80, 0.0), (120, 1.0)]
-  distillation = scalars(tmp_path / 'whole', 'loss/distillation')
+  distillation = scalar_series(tmp_path / 'whole', 'loss/distillation')
   assert [step for step, _ in distillation] == [60, 80, 140, 160]
-  penalties = scalars(tmp_path / 'whole', 'loss/ewc')
+  penalties = scalar_series(tmp_path / 'whole', 'loss/ewc')
   # Zero before the first switch and at the first compress update after it
   # (the knowledge base is still at its anchor), positive after.
   assert [value > 0 for _, value in penalties] == [False, False, False, True]
-  assert scalars(tmp_path / 'whole', 'continual/active_column_reset') == [
+  assert scalar_series(tmp_path / 'whole', 'continual/active_column_reset') == [
       (80, 1.0)]
-  assert len(scalars(tmp_path / 'whole', 'loss/policy_gradient')) == 4
+  assert len(scalar_series(tmp_path / 'whole', 'loss/policy_gradient')) == 4
   # Test mode plays the knowledge base, read from the checkpoint as a plain
   # agent.
   acting, _ = evaluation.restored_acting_policy(whole)
@@ -633,8 +617,8 @@ def test_a_run_alternates_phases_and_a_resume_continues_bit_for_bit(
       'continual/num_boundaries/.ATTRIBUTES/VARIABLE_VALUE'] == 0
   run_loop.train(parts)
   for tag in ('loss/distillation', 'loss/ewc', 'loss/policy_gradient'):
-    assert scalars(tmp_path / 'parts', tag) == scalars(tmp_path / 'whole',
-                                                       tag), tag
+    assert scalar_series(tmp_path / 'parts', tag) == scalar_series(
+        tmp_path / 'whole', tag), tag
   parts_saved = saved_tensors(tmp_path / 'parts')
   assert saved.keys() == parts_saved.keys()
   compared = 0

@@ -2,8 +2,6 @@
 PPGPolicy."""
 
 import collections
-import glob
-import os
 
 import numpy as np
 import pytest
@@ -21,6 +19,7 @@ from clear.algorithms.ppg import policy as ppg
 from clear.ops import value_estimators
 from clear.runtime import run_config
 from clear.runtime import run_loop
+from tests import event_files
 import envs
 
 
@@ -706,10 +705,7 @@ def test_trains_through_the_run_loop(tmp_path, eager):
       backend='inline', log_interval_s=0.0, checkpoint_interval_s=3600.0)
   result = run_loop.train(config, max_updates=3)
   assert result.num_updates == 3 and result.num_env_frames == 3 * 24
-  tags = set()
-  for path in glob.glob(os.path.join(str(tmp_path), 'events.out.tfevents*')):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      tags.update(v.tag for v in event.summary.value)
+  tags = event_files.tags(tmp_path)
   assert {'loss/policy', 'loss/value', 'policy/approx_kl', 'aux/bc_kl',
           'learning_rate/policy', 'learning_rate/value'} <= tags
   # Running it again resumes from the checkpoint.

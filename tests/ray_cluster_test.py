@@ -7,7 +7,6 @@ boundaries through Ray's object store exactly as on a cluster. The learner
 `clear_actor` resource, which only the worker nodes have.
 """
 
-import glob
 import os
 import re
 import secrets
@@ -20,13 +19,13 @@ import time
 from absl import flags
 from absl.testing import flagsaver
 import pytest
-import tensorflow as tf
 
 from clear.cli import configs
 from clear.runtime import devices
 from clear.runtime import progress
 from clear.runtime import ray_actors
 from clear.runtime import run_loop
+from tests.event_files import scalar_series
 
 ray = pytest.importorskip('ray')
 from ray import cluster_utils  # noqa: E402  # pylint: disable=g-import-not-at-top
@@ -64,16 +63,6 @@ def cartpole_config(logdir, *args, **overrides):
                  f'--ray_actor_resource={RESOURCE}', *args])
     config = configs.config_from_flags(flags.FLAGS)
   return config._replace(**overrides)
-
-
-def scalar_series(logdir, tag):
-  values = []
-  for path in sorted(glob.glob(os.path.join(str(logdir), 'events.*'))):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      for value in event.summary.value:
-        if value.tag == tag:
-          values.append((event.step, float(tf.make_ndarray(value.tensor))))
-  return values
 
 
 @pytest.mark.slow  # Three raylets and two CartPole runs: minutes.

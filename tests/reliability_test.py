@@ -35,6 +35,7 @@ from clear.runtime import actor_worker
 from clear.runtime import run_config
 from clear.runtime import run_lock
 from clear.runtime import run_loop
+from tests import event_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -724,12 +725,8 @@ def sc2_config(logdir, factory, backend):
 def test_a_crashed_env_is_relaunched_and_counted(tmp_path):
   run_loop.train(sc2_config(tmp_path, CrashOnceMockEnvForTest, 'inline'),
                  max_updates=4)
-  restarts = []
-  for path in glob.glob(os.path.join(str(tmp_path), 'events.out.tfevents*')):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      restarts += [float(tf.make_ndarray(v.tensor))
-                   for v in event.summary.value
-                   if v.tag == 'runtime/env_restarts']
+  restarts = [value for _, value in event_files.scalar_series(
+      tmp_path, 'runtime/env_restarts')]
   assert restarts and max(restarts) == 1
 
 

@@ -20,6 +20,8 @@ from clear.runtime import evaluation
 from clear.runtime import progress
 from clear.runtime import run_config
 from clear.runtime import run_loop
+from tests.event_files import scalar_series
+from tests.event_files import tags
 
 
 def make_config(logdir, **kwargs):
@@ -63,13 +65,9 @@ def test_phases_run_in_order_and_resume_where_they_stopped(tmp_path):
   assert second.num_env_frames > first.num_env_frames
   assert phase_of(tmp_path) == run_loop.MAIN
   # Critic pretraining and main-phase summaries reached TensorBoard.
-  tags = set()
-  for path in glob.glob(os.path.join(str(tmp_path), 'events.out.tfevents*')):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      tags.update(v.tag for v in event.summary.value)
   assert {'critic_pretrain/loss/baseline', 'loss/policy_cloning',
           'runtime/policy_lag', 'replay/size',
-          'episode/gym:CartPole-v1/return'} <= tags
+          'episode/gym:CartPole-v1/return'} <= tags(tmp_path)
 
 
 @pytest.mark.parametrize('optimizer', ['adam', 'rmsprop'])
@@ -240,17 +238,6 @@ def test_evaluate_writes_the_summary_json(tmp_path):
 def test_evaluate_without_a_checkpoint_fails_clearly(tmp_path):
   with pytest.raises(checkpoint_lib.CheckpointError, match='train first'):
     evaluation.evaluate(make_config(tmp_path), num_episodes=2)
-
-
-def scalar_series(logdir, tag):
-  values = []
-  for path in sorted(glob.glob(os.path.join(str(logdir),
-                                            'events.out.tfevents*'))):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      for value in event.summary.value:
-        if value.tag == tag:
-          values.append((event.step, float(tf.make_ndarray(value.tensor))))
-  return values
 
 
 def test_summaries_are_stepped_by_env_frames_and_every_run_logs_progress(

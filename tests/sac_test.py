@@ -14,6 +14,7 @@ from clear import types
 from clear.algorithms import policy as policy_lib
 from clear.algorithms.sac import losses as sac_losses
 from clear.algorithms.sac import policy as sac
+from tests import event_files
 
 T, B, N, A = 4, 3, 2, 5
 
@@ -379,10 +380,7 @@ def test_updates_per_step_carry_the_fraction_over_and_summaries(tmp_path):
   assert policy.num_updates == 9
   assert policy.num_env_frames == 4 * 2 * T
   writer.flush()
-  tags = set()
-  for path in tmp_path.iterdir():
-    for event in tf.compat.v1.train.summary_iterator(str(path)):
-      tags.update(v.tag for v in event.summary.value)
+  tags = event_files.tags(tmp_path)
   assert {'loss/critic', 'alpha/discrete',
           'policy/entropy_discrete'} <= tags, tags
 
