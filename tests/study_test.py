@@ -118,6 +118,9 @@ def test_another_roots_report_goes_under_it(tmp_path):
      '[baselines]\nfile = "missing.json"\n', 'baselines.file'),
     ('root = "r"\nseeds = [0]\n[methods.a]\nflags = []\n'
      '[report]\nimprovement_of = "b"\n', 'report.improvement_of'),
+    ('root = "r"\nseeds = [0]\n[methods.a]\nflags = []\n[methods.b]\n'
+     'flags = []\n[[report.tables]]\nmethods = ["a"]\ntable = "t.md"\n'
+     'improvement_of = "b"\n', 'report.tables[0].improvement_of'),
     ('root = "r"\nseeds = [0]\n[methods.a]\nflags = []\n'
      '[[report.tables]]\nmethods = ["b"]\ntable = "t.md"\n',
      'report.tables[0].methods'),
@@ -226,7 +229,9 @@ def test_a_study_runs_in_parallel_marks_a_bad_method_failed_and_reports(
             '[report]\nmetrics = "out/metrics.json"\n'
             'aggregate = "out/aggregate.json"\n'
             '[[report.tables]]\nmethods = ["clear", "impala"]\n'
-            'table = "out/table.md"\nfigure = "out/figure.png"\n')
+            'table = "out/table.md"\nfigure = "out/figure.png"\n'
+            '[[report.tables]]\nmethods = ["clear", "impala"]\n'
+            'table = "out/of_impala.md"\nimprovement_of = "impala"\n')
   report = run_study(tmp_path, 'report', path, '--methods=clear,impala',
                      timeout=300)
   assert report.returncode == 0, report.stderr[-3000:]
@@ -261,6 +266,15 @@ def test_a_study_runs_in_parallel_marks_a_bad_method_failed_and_reports(
   table = (tmp_path / 'out' / 'table.md').read_text()
   assert table.startswith('| method | seeds | normalised final return')
   assert '| clear | 2 |' in table and 'IQM final return' in table
+  # A table with its own improvement_of: P(impala > clear), the complement
+  # since ties count half.
+  own = aggregate['tables']['of_impala.md']
+  assert own['improvement_of'] == 'impala'
+  assert own['probability_of_improvement']['clear']['final_return'][
+      'probability'] == pytest.approx(1 - np.mean(expected))
+  assert 'P(impala higher final return)' in (
+      tmp_path / 'out' / 'of_impala.md').read_text()
+  assert 'P(clear higher final return)' in table
   assert (tmp_path / 'out' / 'figure.png').stat().st_size > 0
 
 

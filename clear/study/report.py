@@ -14,14 +14,15 @@ writes what the study file's `[report]` asks for:
   * `aggregate`: the aggregates as JSON.
 
 The aggregates (`clear.continual.aggregate`: rliable's definitions) are
-taken over
-seeds and tasks at once: per method, the interquartile mean of the
+taken over seeds and tasks at once: per method, the interquartile mean of the
 normalised final return and forgetting per visit over its (run, task)
 pairs, and of the normalised area under the curve over its runs (one
 number a run), each with its 95% stratified bootstrap interval; and the
 probability that `improvement_of` improves on each other method (a higher
-final return, and a lower forgetting per visit). They need the baselines:
-without them, returns of different games are on different scales.
+final return, and a lower forgetting per visit), or that a table's own
+`improvement_of` does, over the table's methods (under `tables` by the
+table's file name). They need the baselines: without them, returns of
+different games are on different scales.
 
 A run that is still training or was stopped counts as it is now, and is
 marked partial: in `metrics` (`"partial": true`) and under each table.
@@ -253,8 +254,16 @@ def write_report(study: spec_lib.Study, runs: Sequence[spec_lib.Run],
   names = {key: method.name for key, method in study.methods.items()}
   result = None
   if normalized:
-    result = aggregates(metrics, aggregated_labels(loaded, metrics, say),
-                        report.improvement_of)
+    labels = aggregated_labels(loaded, metrics, say)
+    result = aggregates(metrics, labels, report.improvement_of)
+    for table in report.tables:
+      if table.table and table.improvement_of != report.improvement_of:
+        # Its own probabilities of improvement, by the table's file name.
+        own = aggregates(metrics, {m: labels[m] for m in table.methods
+                                   if m in labels}, table.improvement_of)
+        result.setdefault('tables', {})[os.path.basename(table.table)] = {
+            key: own[key] for key in ('improvement_of',
+                                      'probability_of_improvement')}
     if report.aggregate:
       schedule_lib.write_json(report.aggregate, result)
       say(f'Wrote {report.aggregate}')
@@ -274,9 +283,11 @@ def write_report(study: spec_lib.Study, runs: Sequence[spec_lib.Run],
       if result is not None:
         sub = dict(result, methods={m: e for m, e in result['methods'].items()
                                     if m in table.methods})
+        if table.improvement_of != report.improvement_of:
+          sub.update(result['tables'][os.path.basename(table.table)])
         text += '\n' + aggregate_markdown(sub, names)
-      marked = [label for label in partial
-                if any(run.label == label for run, _ in chosen)]
+      marked = [label for label in partial if label in metrics and
+                any(run.label == label for run, _ in chosen)]
       if marked:
         text += (f'\nPartial runs (still training or stopped, counted as '
                  f'they are now): {", ".join(marked)}.\n')

@@ -45,6 +45,7 @@ workspace.
     table = "continual_methods.md"
     figure = "continual_methods.png"
     training_panel = false           # default true: training returns too
+    improvement_of = "clear"         # default: the report's
 
 A run's command line is `clear.train`'s flags in this order: the study's
 flagfile and flags, the method's flagfile and flags, `--seed` and
@@ -68,7 +69,8 @@ _REFERENCE_RUN_KEYS = {'flagfile', 'flags'}
 _BASELINE_KEYS = {'file', 'frames', 'window', 'random_episodes',
                   'random_envs', 'seed'}
 _REPORT_KEYS = {'metrics', 'aggregate', 'improvement_of', 'tables'}
-_TABLE_KEYS = {'methods', 'table', 'figure', 'training_panel'}
+_TABLE_KEYS = {'methods', 'table', 'figure', 'training_panel',
+               'improvement_of'}
 
 
 class StudyError(ValueError):
@@ -115,11 +117,13 @@ class Baselines(NamedTuple):
 
 
 class Table(NamedTuple):
-  """A table and figure of some methods; '' for one not asked for."""
+  """A table and figure of some methods; '' for one not asked for.
+  `improvement_of`: the method its probabilities of improvement are of."""
   methods: Tuple[str, ...]
   table: str
   figure: str
   training_panel: bool = True
+  improvement_of: str = ''
 
 
 class Report(NamedTuple):
@@ -405,6 +409,12 @@ def load(path: str, root: Optional[str] = None) -> Study:
               'study.')
     if 'table' not in table and 'figure' not in table:
       _fail(path, where[:-1], 'give a table, a figure, or both.')
+    table_improvement_of = _string(path, where + 'improvement_of',
+                                   table.get('improvement_of',
+                                             improvement_of))
+    if 'improvement_of' in table and table_improvement_of not in keys:
+      _fail(path, where + 'improvement_of',
+            f'{table_improvement_of!r} is not one of the table\'s methods.')
     tables.append(Table(
         tuple(keys),
         _file(path, where + 'table', table['table'], False)
@@ -412,7 +422,7 @@ def load(path: str, root: Optional[str] = None) -> Study:
         _file(path, where + 'figure', table['figure'], False)
         if 'figure' in table else '',
         _bool(path, where + 'training_panel',
-              table.get('training_panel', True))))
+              table.get('training_panel', True)), table_improvement_of))
   report = Report(
       _file(path, 'report.metrics', raw['metrics'], False)
       if 'metrics' in raw else '',
