@@ -29,7 +29,7 @@ marked partial: in `metrics` (`"partial": true`) and under each table.
 """
 
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -160,9 +160,41 @@ def _estimate_json(estimate) -> dict:
   return {'iqm': estimate.point, 'low': estimate.low, 'high': estimate.high}
 
 
+def probabilities_of_improvement(scores, methods: Sequence[str],
+                                 improvement_of: str) -> dict:
+  """P(`improvement_of` does better than each other of `methods`), by
+  method and score (JSON-ready), from `score_matrices`' `scores`; empty
+  when `improvement_of` is not among `methods`."""
+  result = {}
+  if improvement_of not in methods:
+    return result
+  for method in methods:
+    if method == improvement_of:
+      continue
+    entry = {}
+    for name, _, _, sign in AGGREGATES[:2]:
+      estimate = aggregate_lib.probability_of_improvement(
+          sign * scores[name][improvement_of], sign * scores[name][method],
+          reps=BOOTSTRAP_REPS, seed=BOOTSTRAP_SEED)
+      entry[name] = {'probability': estimate.point, 'low': estimate.low,
+                     'high': estimate.high}
+    result[method] = entry
+  return result
+
+
 def aggregates(metrics: Dict[str, dict], labels_by_method: Dict[str, List[str]],
-               improvement_of: str) -> dict:
-  """The aggregate statistics (JSON-ready) of `labels_by_method`'s runs."""
+               improvement_of: str,
+               tables: Optional[Dict[str, Tuple[str, Sequence[str]]]] = None
+               ) -> dict:
+  """The aggregate statistics (JSON-ready) of `labels_by_method`'s runs.
+
+  Args:
+    metrics, labels_by_method: as `score_matrices`.
+    improvement_of: the method whose probabilities of improvement over the
+      others are given.
+    tables: {table file name: (its improvement_of, its methods)} of the
+      tables with their own, given under `tables`.
+  """
   scores = score_matrices(metrics, labels_by_method)
   result = {'methods': {}, 'probability_of_improvement': {},
             'improvement_of': improvement_of,
@@ -177,18 +209,13 @@ def aggregates(metrics: Dict[str, dict], labels_by_method: Dict[str, List[str]],
           seed=BOOTSTRAP_SEED)[method]
       entry[name] = _estimate_json(estimate)
     result['methods'][method] = entry
-  if improvement_of in labels_by_method:
-    for method in labels_by_method:
-      if method == improvement_of:
-        continue
-      entry = {}
-      for name, _, _, sign in AGGREGATES[:2]:
-        estimate = aggregate_lib.probability_of_improvement(
-            sign * scores[name][improvement_of], sign * scores[name][method],
-            reps=BOOTSTRAP_REPS, seed=BOOTSTRAP_SEED)
-        entry[name] = {'probability': estimate.point, 'low': estimate.low,
-                       'high': estimate.high}
-      result['probability_of_improvement'][method] = entry
+  result['probability_of_improvement'] = probabilities_of_improvement(
+      scores, list(labels_by_method), improvement_of)
+  for table, (of, methods) in (tables or {}).items():
+    result.setdefault('tables', {})[table] = {
+        'improvement_of': of,
+        'probability_of_improvement': probabilities_of_improvement(
+            scores, [m for m in methods if m in labels_by_method], of)}
   return result
 
 
@@ -254,16 +281,12 @@ def write_report(study: spec_lib.Study, runs: Sequence[spec_lib.Run],
   names = {key: method.name for key, method in study.methods.items()}
   result = None
   if normalized:
-    labels = aggregated_labels(loaded, metrics, say)
-    result = aggregates(metrics, labels, report.improvement_of)
-    for table in report.tables:
-      if table.table and table.improvement_of != report.improvement_of:
-        # Its own probabilities of improvement, by the table's file name.
-        own = aggregates(metrics, {m: labels[m] for m in table.methods
-                                   if m in labels}, table.improvement_of)
-        result.setdefault('tables', {})[os.path.basename(table.table)] = {
-            key: own[key] for key in ('improvement_of',
-                                      'probability_of_improvement')}
+    own = {os.path.basename(table.table): (table.improvement_of,
+                                           table.methods)
+           for table in report.tables
+           if table.table and table.improvement_of != report.improvement_of}
+    result = aggregates(metrics, aggregated_labels(loaded, metrics, say),
+                        report.improvement_of, own)
     if report.aggregate:
       schedule_lib.write_json(report.aggregate, result)
       say(f'Wrote {report.aggregate}')
