@@ -17,6 +17,7 @@ from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
 from clear.algorithms.impala import learner as learner_lib
 from clear.runtime import evaluation
+from clear.runtime import final_replay
 from clear.runtime import progress
 from clear.runtime import run_config
 from clear.runtime import run_loop
@@ -360,6 +361,38 @@ def test_missing_replay_needs_an_explicit_flag(tmp_path):
     run_loop._Run(config)
   run = run_loop._Run(config._replace(allow_empty_replay_on_resume=True))
   assert len(run.buffer) == 0
+
+
+def test_a_finished_run_drops_its_replay_only_when_asked(tmp_path):
+  config = make_config(tmp_path, backend='inline', keep_final_replay=False,
+                       total_environment_frames=400)
+  checkpoints = os.path.join(str(tmp_path), 'checkpoints')
+  state = lambda n, *name: os.path.join(checkpoints, f'state-{n}', *name)
+  run_loop.train(config, max_updates=2)  # Stopped early: replay kept.
+  assert os.path.isfile(state(1, 'replay', 'replay.json'))
+  assert not os.path.exists(state(1, final_replay.REPLAY_DROPPED))
+  result = run_loop.train(config)
+  assert result.num_env_frames >= 400
+  for number in (1, 2):  # The final checkpoint and the one before it.
+    assert not os.path.exists(state(number, 'replay'))
+    assert os.path.isfile(state(number, 'run.npz'))
+    with open(state(number, final_replay.REPLAY_DROPPED)) as f:
+      assert json.load(f) == {'frames': result.num_env_frames}
+  # The finished run restores (for test mode, or a rerun of its command).
+  assert len(run_loop._Run(config).buffer) == 0
+  assert run_loop.train(config).num_updates == result.num_updates
+  assert sorted(os.listdir(checkpoints)) == sorted(
+      ['checkpoint', 'state-1', 'state-2'] +
+      [f for f in os.listdir(checkpoints) if f.startswith('ckpt-')])
+  # Training it further needs an empty replay, asked for.
+  longer = config._replace(learner_config=config.learner_config._replace(
+      total_environment_frames=800))
+  with pytest.raises(checkpoint_lib.CheckpointError,
+                     match='keep_final_replay=false.*allow_empty_replay'):
+    run_loop._Run(longer)
+  longer = longer._replace(allow_empty_replay_on_resume=True)
+  run_loop.train(longer, max_updates=2)
+  assert os.path.isfile(state(3, 'replay', 'replay.json'))
 
 
 @pytest.mark.parametrize('env_name,core_size', [('gym:CartPole-v1', 8),

@@ -160,6 +160,7 @@ def config_from_flags(f) -> run_config_lib.RunConfig:
       checkpoint_interval_s=f.checkpoint_interval_s,
       log_interval_s=f.log_interval_s,
       allow_empty_replay_on_resume=f.allow_empty_replay_on_resume,
+      keep_final_replay=f.keep_final_replay,
       stop_on_nonfinite=f.stop_on_nonfinite, init_from=f.init_from,
       init_scope=f.init_scope, frames_per_task=f.frames_per_task,
       num_task_cycles=f.num_task_cycles, segment_lengths=f.segment_lengths,

@@ -204,6 +204,12 @@ flags.DEFINE_integer('replay_prefill_unrolls', 0,
 flags.DEFINE_bool('allow_empty_replay_on_resume', False,
                   'Resume even if the replay saved with the checkpoint is '
                   'missing or unreadable, starting with an empty buffer.')
+flags.DEFINE_bool('keep_final_replay', True,
+                  'Keep the replay in the checkpoints of a run that reaches '
+                  'its frames. false deletes it then (only training the run '
+                  'further needs it; that takes '
+                  '--allow_empty_replay_on_resume), freeing the disk of '
+                  "a study's finished runs.")
 _declare('policy_cloning_cost')
 _declare('value_cloning_cost')
 

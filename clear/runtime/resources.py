@@ -28,6 +28,7 @@ import time
 from typing import Callable, Dict, List, NamedTuple, Optional
 
 import psutil
+import tensorflow as tf
 
 from clear.replay import buffer as replay_lib
 
@@ -311,3 +312,17 @@ class MemoryWatch:
                            max(self.peak.rss, self.last.rss),
                            max(self.peak.processes, self.last.processes))
     return self.last
+
+  def summarise(self, step: int, force: bool = False) -> bool:
+    """`maybe_measure`, and a reading taken is logged and written as
+    `runtime/memory_pss_mb` and `runtime/memory_peak_pss_mb` at `step` to
+    the default `tf.summary` writer; returns whether one was."""
+    reading = self.maybe_measure(force=force)
+    if reading is not None:
+      tf.summary.scalar('runtime/memory_pss_mb', reading.pss / 1e6, step=step)
+      tf.summary.scalar('runtime/memory_peak_pss_mb', self.peak.pss / 1e6,
+                        step=step)
+      logging.info('memory: %.0f MB (PSS of %d processes; RSS sum %.0f MB), '
+                   'peak %.0f MB', reading.pss / 1e6, reading.processes,
+                   reading.rss / 1e6, self.peak.pss / 1e6)
+    return reading is not None

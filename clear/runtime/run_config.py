@@ -47,6 +47,10 @@ class RunConfig(NamedTuple):
       and is replaced.
     allow_empty_replay_on_resume: resume even when the checkpoint's replay
       contents are missing, with an empty buffer (logged as a warning).
+    keep_final_replay: False deletes the replay from the checkpoints of a
+      run that reaches `total_environment_frames` (only training it
+      further needs it), freeing the disk a long study's finished runs
+      would hold.
     stop_on_nonfinite: stop the run at the first update skipped for
       non-finite numbers (by default such updates are skipped and counted).
     init_from: a run (logdir or checkpoint) whose weights start this one;
@@ -96,6 +100,7 @@ class RunConfig(NamedTuple):
   max_actor_restarts: int = 20
   actor_timeout_s: float = 300.0
   allow_empty_replay_on_resume: bool = False
+  keep_final_replay: bool = True
   stop_on_nonfinite: bool = False
   init_from: str = ''
   init_scope: str = 'all'

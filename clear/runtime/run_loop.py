@@ -17,7 +17,9 @@ Checkpoint N (`checkpoints/ckpt-N`) has a folder `checkpoints/state-N` with
 the replay buffers, the unrolls not yet learned from, the episode
 statistics and, for inline actors, the actors themselves (env states, last
 outputs, recurrent states, sampling RNGs), so a resumed inline run
-continues exactly where the interrupted one stopped. A write that fails (a
+continues exactly where the interrupted one stopped. A run that reaches its
+frames with `keep_final_replay` off deletes the replay from every state
+folder it keeps (`clear.runtime.final_replay`). A write that fails (a
 full disk, a read-only file system) stops the run with one message
 (`checkpoint_lib.WriteError`) naming the path and the checkpoint the same
 command resumes from; nothing of the checkpoint being written is left.
@@ -49,6 +51,7 @@ from clear.runtime import actor_worker
 from clear.runtime import devices
 from clear.runtime import evaluation as evaluation_lib
 from clear.runtime import evaluation_process
+from clear.runtime import final_replay
 from clear.runtime import progress
 from clear.runtime import resources
 from clear.runtime import run_config as run_config_lib
@@ -228,7 +231,14 @@ class _Run:
     directory = self._state_dir(
         checkpoint_lib.checkpoint_number(self.restored))
     item = self._item_template()
-    for name, buffer in self._buffers().items():
+    buffers = self._buffers()
+    if buffers and final_replay.is_dropped(directory):
+      final_replay.check_resume(
+          self.config.logdir, self.restored,
+          self.frames >= self.config.learner_config.total_environment_frames,
+          self.config.allow_empty_replay_on_resume)
+      buffers = {}
+    for name, buffer in buffers.items():
       try:
         restored = buffer.restore(os.path.join(directory, name), item)
       except (OSError, ValueError, KeyError) as e:
@@ -281,7 +291,8 @@ class _Run:
       logging.info('No actor state saved with %s: actors start fresh '
                    'episodes.', self.restored)
 
-  def save(self, actor_state: Optional[snapshot.Arrays] = None):
+  def save(self, actor_state: Optional[snapshot.Arrays] = None,
+           with_replay: bool = True):
     """Writes state-N (replay, run state, actors), then checkpoint N.
 
     The state folder is complete under its final name before the
@@ -289,6 +300,8 @@ class _Run:
 
     Args:
       actor_state: the actors' `get_state`, when they can be continued.
+      with_replay: False writes no replay, and deletes that of the other
+        checkpoints kept (`final_replay`: the run has finished).
 
     Raises:
       checkpoint_lib.WriteError: a write failed (a full disk, say);
@@ -303,7 +316,7 @@ class _Run:
       shutil.rmtree(stale, ignore_errors=True)
     writing = final
     try:
-      self._write_state(partial, actor_state)
+      self._write_state(partial, actor_state, with_replay)
       os.replace(partial, final)
       writing = os.path.join(self.checkpointer.directory,
                              f'{checkpoint_lib.CHECKPOINT_NAME}-{number}')
@@ -321,14 +334,20 @@ class _Run:
       suffix = path.rsplit('-', 1)[1]
       if not suffix.isdigit() or int(suffix) not in kept:
         shutil.rmtree(path, ignore_errors=True)
+    if not with_replay:
+      final_replay.drop(map(self._state_dir, kept), self._buffers(),
+                        self.frames)
 
-  def _write_state(self, partial: str,
-                   actor_state: Optional[snapshot.Arrays]) -> None:
-    """Writes the replay, run state and actors of a checkpoint under
-    `partial`."""
+  def _write_state(self, partial: str, actor_state: Optional[snapshot.Arrays],
+                   with_replay: bool = True) -> None:
+    """Writes the replay (or `final_replay`'s note), run state and actors
+    of a checkpoint under `partial`."""
     os.makedirs(partial)
-    for name, buffer in self._buffers().items():
-      buffer.save(os.path.join(partial, name))
+    if with_replay:
+      for name, buffer in self._buffers().items():
+        buffer.save(os.path.join(partial, name))
+    else:
+      final_replay.write_note(partial, self.frames)
     state = {
         'num_pending': np.array(len(self.pending)),
         'episode_returns': np.asarray(self.episodes.returns, np.float64),
@@ -505,21 +524,6 @@ def _check_finite(stats, config: run_config_lib.RunConfig):
         'final checkpoint holds the last finite model.')
 
 
-def _log_memory(memory: resources.MemoryWatch, step: int,
-                force: bool = False) -> bool:
-  """Logs and summarises the process tree's memory when `memory` measures
-  it (about once a minute, or `force`); returns whether it did."""
-  reading = memory.maybe_measure(force=force)
-  if reading is not None:
-    tf.summary.scalar('runtime/memory_pss_mb', reading.pss / 1e6, step=step)
-    tf.summary.scalar('runtime/memory_peak_pss_mb', memory.peak.pss / 1e6,
-                      step=step)
-    logging.info('memory: %.0f MB (PSS of %d processes; RSS sum %.0f MB), '
-                 'peak %.0f MB', reading.pss / 1e6, reading.processes,
-                 reading.rss / 1e6, memory.peak.pss / 1e6)
-  return reading is not None
-
-
 def _log_progress(run: _Run, pool, frame_rate, step_rate, total,
                   memory) -> bool:
   """Writes the runtime summaries and the progress lines (with `memory`, a
@@ -556,7 +560,7 @@ def _log_progress(run: _Run, pool, frame_rate, step_rate, total,
                  f'{len(run.buffer) * per_unroll:,}',
                  f'{run.buffer.capacity * per_unroll:,}', unit,
                  run.buffer.nbytes / 1e6)
-  return _log_memory(memory, step)
+  return memory.summarise(step)
 
 
 def train(config: run_config_lib.RunConfig,
@@ -757,7 +761,7 @@ def _train(config, stop_requested, max_updates, on_start, lock):
         memory_logged = _log_progress(run, pool, frame_rate, step_rate, total,
                                       memory)
       if not memory_logged:  # The peak includes the end.
-        _log_memory(memory, run.frames, force=True)
+        memory.summarise(run.frames, force=True)
   except tf.errors.OpError as e:  # An event file on a full disk, say.
     if checkpoint_lib.write_errno(e) is None:
       raise
@@ -772,7 +776,8 @@ def _train(config, stop_requested, max_updates, on_start, lock):
     pool.close()
     try:
       if failed is None:  # After a failed write, the next would fail too.
-        run.save(actor_state)
+        run.save(actor_state, with_replay=config.keep_final_replay or
+                 run.frames < total)
     finally:
       if evaluation is not None:
         evaluation.finish()
