@@ -48,6 +48,7 @@ import numpy as np
 import psutil
 
 from clear import plot
+from clear.analysis import curve_summary
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list('cases', ['cartpole_impala', 'cartpole_clear',
@@ -291,8 +292,8 @@ def run_training(args, total, threshold, logdir):
                  t.endswith('/return')]
   summary = None  # No episode ended: a short case of a long game.
   if return_tags and threshold is not None:
-    summary = plot.summarize_curve(events[return_tags[0]], 100, threshold,
-                                   start_time=launch)
+    summary = curve_summary.summarize_curve(
+        events[return_tags[0]], 100, threshold, start_time=launch)
   seconds = summary.seconds_to_threshold if summary else None
   cpu_at = None
   if seconds is not None:

@@ -60,6 +60,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from clear.analysis import curve_summary
 from clear.analysis import events
 from clear.analysis import usage as usage_lib
 from clear.continual import history as history_lib
@@ -202,108 +203,16 @@ def smooth(values, weight: float) -> np.ndarray:
   return out
 
 
-def trailing_means(values, window: int) -> np.ndarray:
-  """Means of the last `window` values at each point from the window-th
-  on: float64 `[max(N - window + 1, 0)]` for `[N]` values."""
-  values = np.asarray(values, np.float64)
-  if window < 1:
-    raise ValueError(f'window must be >= 1, got {window}.')
-  if len(values) < window:
-    return np.zeros([0])
-  sums = np.cumsum(np.concatenate([[0.0], values]))
-  return (sums[window:] - sums[:-window]) / window
-
-
-class CurveSummary(NamedTuple):
-  """What a training return curve reached (see `summarize_curve`).
-
-  Attributes:
-    episodes: episodes in the curve.
-    frames: env frames at its last episode.
-    final_mean: mean of the last `window` returns (of all, if fewer; None
-      if none).
-    best_mean: the best such trailing mean over the run (None if fewer).
-    threshold: the return asked about (None if none).
-    frames_to_threshold: env frames when the trailing mean first reached
-      `threshold` (None if never).
-    seconds_to_threshold: wall seconds from the start to then (includes
-      any time the run was stopped before a resume).
-    run_seconds_to_threshold: the seconds the run had spent running by
-      then, interpolated in its `runtime/run_time_s` (None without it).
-    means_at_frames: dict frames -> the mean of the last `window` returns
-      of episodes that ended by then (None if fewer, or if the curve
-      stops before those frames), to compare runs at equal frames.
-    min_mean_after_threshold: the lowest trailing mean from the first
-      crossing of `threshold` to the end of the curve: whether a solved
-      task stayed solved (None if never reached).
-  """
-  episodes: int
-  frames: int
-  final_mean: Optional[float]
-  best_mean: Optional[float]
-  threshold: Optional[float]
-  frames_to_threshold: Optional[int]
-  seconds_to_threshold: Optional[float]
-  run_seconds_to_threshold: Optional[float] = None
-  means_at_frames: Optional[Dict[int, Optional[float]]] = None
-  min_mean_after_threshold: Optional[float] = None
-
-
-def _mean_at(steps: np.ndarray, means: np.ndarray, frames: int,
-             window: int) -> Optional[float]:
-  """The trailing mean (of `trailing_means(values, window)`) of the
-  episodes whose `steps` ended by `frames` (see `CurveSummary`)."""
-  if not len(steps) or frames > steps[-1]:
-    return None
-  end = int(np.searchsorted(steps, frames, side='right'))
-  return float(means[end - window]) if end >= window else None
-
-
-def summarize_curve(series: Series, window: int = 100,
-                    threshold: Optional[float] = None,
-                    start_time: Optional[float] = None,
-                    run_time: Optional[Series] = None,
-                    at_frames: Sequence[int] = ()) -> CurveSummary:
-  """Summarizes one curve of episode returns with `window`-episode means;
-  seconds count from `start_time` (default: the first episode's end), run
-  seconds are read from `run_time` (see `Run`), and trailing means are
-  also taken at each of `at_frames`."""
-  means = trailing_means(series.values, window)
-  frames = seconds = run_seconds = min_after = None
-  if threshold is not None:
-    reached = np.flatnonzero(means >= threshold)
-    if reached.size:
-      min_after = float(means[reached[0]:].min())
-      i = int(reached[0]) + window - 1
-      frames = int(series.steps[i])
-      start = series.wall_times[0] if start_time is None else start_time
-      seconds = float(series.wall_times[i] - start)
-      if run_time is not None and len(run_time.steps):
-        run_seconds = float(np.interp(frames, run_time.steps,
-                                      run_time.values))
-  return CurveSummary(
-      episodes=len(series.values),
-      frames=int(series.steps[-1]) if len(series.steps) else 0,
-      final_mean=(float(np.mean(series.values[-window:]))
-                  if len(series.values) else None),
-      best_mean=float(means.max()) if means.size else None,
-      threshold=threshold, frames_to_threshold=frames,
-      seconds_to_threshold=seconds, run_seconds_to_threshold=run_seconds,
-      means_at_frames=({int(n): _mean_at(series.steps, means, int(n),
-                                         window)
-                        for n in at_frames} if len(at_frames) else None),
-      min_mean_after_threshold=min_after)
-
-
 def summarize(runs: Sequence[Run], window: int = 100,
               threshold: Optional[float] = None,
               at_frames: Sequence[int] = ()) -> Dict[str, Dict]:
-  """label -> {'logdir', 'training': env -> `CurveSummary` as a dict}."""
+  """label -> {'logdir', 'training': env -> its
+  `curve_summary.CurveSummary` as a dict}."""
   return {run.label: {
       'logdir': run.logdir,
-      'training': {env: summarize_curve(series, window, threshold,
-                                        run_time=run.run_time,
-                                        at_frames=at_frames)._asdict()
+      'training': {env: curve_summary.summarize_curve(
+          series, window, threshold, run_time=run.run_time,
+          at_frames=at_frames)._asdict()
                    for env, series in sorted(run.train_curves.items())}}
           for run in runs}
 
@@ -342,15 +251,27 @@ def normalized_mean_curve(run: Run, normalization) -> Series:
                 first.wall_times[np.searchsorted(first.steps, steps)])
 
 
-def eval_noise(run: Run) -> Dict[str, dict]:
+def eval_noise(run: Run,
+               normalization: Optional[Dict[str, Tuple[float, float]]] = None
+               ) -> Dict[str, dict]:
   """How noisy the run's evaluations were: per task, the median and the
-  largest half-width of their 95% intervals (in returns) and how many
-  evaluations logged one ({} for a run that logged none)."""
-  return {task: {'median_ci95_half_width': float(np.median(series.values)),
-                 'max_ci95_half_width': float(np.max(series.values)),
-                 'num_evaluations': int(len(series.values))}
-          for task, series in sorted((run.eval_noise or {}).items())
-          if len(series.values)}
+  largest half-width of their 95% intervals (in returns), how many
+  evaluations logged one and, for a task of `normalization` (task ->
+  (random, single-task) returns), the median half-width on that scale,
+  divided by their difference ({} for a run that logged none)."""
+  noise = {}
+  for task, series in sorted((run.eval_noise or {}).items()):
+    if not len(series.values):
+      continue
+    median = float(np.median(series.values))
+    noise[task] = {'median_ci95_half_width': median,
+                   'max_ci95_half_width': float(np.max(series.values)),
+                   'num_evaluations': int(len(series.values))}
+    if normalization and task in normalization:
+      low, high = normalization[task]
+      noise[task]['normalized_median_ci95_half_width'] = median / (
+          high - low)
+  return noise
 
 
 def check_baselines(runs: Sequence[Run],
@@ -382,7 +303,7 @@ def continual_metrics(runs: Sequence[Run],
         eval_history(run), run.schedule,
         reference=baselines.reference if baselines else None,
         normalization=baselines.normalization if baselines else None)
-    noise = eval_noise(run)
+    noise = eval_noise(run, baselines.normalization if baselines else None)
     if noise:
       metrics[run.label]['eval_noise'] = noise
     if run.usage is not None:

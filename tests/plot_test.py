@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from clear import plot
+from clear.analysis import curve_summary
 from clear.continual import history as history_lib
 from clear.continual import metrics as continual_metrics
 from clear.continual import schedule as schedule_lib
@@ -183,6 +184,12 @@ def test_eval_noise_is_read_and_summarised_per_task(tmp_path):
            TASKS[1]: {'median_ci95_half_width': 0.5,
                       'max_ci95_half_width': 4.0, 'num_evaluations': 3}}
   assert plot.eval_noise(run) == noise
+  # On the normalised scale of a task with baselines: the median over the
+  # random-to-single-task range, 2.0 / (5.0 - 1.0).
+  scaled = plot.eval_noise(run, {TASKS[0]: (1.0, 5.0)})
+  assert scaled[TASKS[0]] == {**noise[TASKS[0]],
+                              'normalized_median_ci95_half_width': 0.5}
+  assert scaled[TASKS[1]] == noise[TASKS[1]]
   metrics = plot.continual_metrics([run])['noisy']
   assert metrics['eval_noise'] == noise
   assert metrics['per_task'][TASKS[0]]['final_return'] == 2.0
@@ -240,10 +247,10 @@ def test_smooth():
 def test_trailing_means_match_a_loop():
   values = np.random.RandomState(0).randn(30)
   expected = [np.mean(values[i - 6:i]) for i in range(6, 31)]
-  np.testing.assert_allclose(plot.trailing_means(values, 6), expected)
-  assert plot.trailing_means(values[:5], 6).shape == (0,)
+  np.testing.assert_allclose(curve_summary.trailing_means(values, 6), expected)
+  assert curve_summary.trailing_means(values[:5], 6).shape == (0,)
   with pytest.raises(ValueError, match='window'):
-    plot.trailing_means(values, 0)
+    curve_summary.trailing_means(values, 0)
 
 
 def test_summarize_curve_by_hand():
@@ -251,27 +258,28 @@ def test_summarize_curve_by_hand():
                        np.array([0.0, 1.0, 2.0, 3.0, 4.0]),
                        np.array([100.0, 101.0, 103.0, 107.0, 115.0]))
   # Trailing means of 2: 0.5, 1.5, 2.5, 3.5; 2.5 first at the 4th episode.
-  summary = plot.summarize_curve(series, window=2, threshold=2.5)
-  assert summary == plot.CurveSummary(
+  summary = curve_summary.summarize_curve(series, window=2, threshold=2.5)
+  assert summary == curve_summary.CurveSummary(
       episodes=5, frames=50, final_mean=3.5, best_mean=3.5, threshold=2.5,
       frames_to_threshold=40, seconds_to_threshold=7.0,
       min_mean_after_threshold=2.5)
-  assert plot.summarize_curve(series, 2, 2.5, start_time=90.0) \
+  assert curve_summary.summarize_curve(series, 2, 2.5, start_time=90.0) \
       .seconds_to_threshold == 17.0
   # Run time 0 s at frame 0 and 60 s at frame 60: 40 s at frame 40.
   run_time = plot.Series(np.array([0, 60]), np.array([0.0, 60.0]),
                          np.array([0.0, 1.0]))
-  assert plot.summarize_curve(series, 2, 2.5, run_time=run_time) \
+  assert curve_summary.summarize_curve(series, 2, 2.5, run_time=run_time) \
       .run_seconds_to_threshold == 40.0
-  never = plot.summarize_curve(series, window=2, threshold=3.6)
+  never = curve_summary.summarize_curve(series, window=2, threshold=3.6)
   assert never.frames_to_threshold is None
   assert never.seconds_to_threshold is None
-  short = plot.summarize_curve(series, window=10, threshold=0.0)
+  short = curve_summary.summarize_curve(series, window=10, threshold=0.0)
   assert (short.final_mean, short.best_mean, short.frames_to_threshold) == (
       2.0, None, None)
   # Episodes ended by frame 35: returns 0, 1, 2 -> last two average 1.5.
   # By frame 10 only one episode ended; frame 60 is past the curve's end.
-  at = plot.summarize_curve(series, window=2, at_frames=[35, 10, 50, 60])
+  at = curve_summary.summarize_curve(series, window=2,
+                                     at_frames=[35, 10, 50, 60])
   assert at.means_at_frames == {35: 1.5, 10: None, 50: 3.5, 60: None}
   assert summary.means_at_frames is None
 
@@ -282,16 +290,17 @@ def test_summary_reports_the_lowest_mean_after_the_threshold():
   returns = np.array([0.0, 4.0, 4.0, 1.0, 1.0, 4.0])
   series = plot.Series(np.arange(1, 7) * 10, returns,
                        np.arange(6, dtype=float))
-  summary = plot.summarize_curve(series, window=2, threshold=4.0)
+  summary = curve_summary.summarize_curve(series, window=2, threshold=4.0)
   assert (summary.frames_to_threshold, summary.min_mean_after_threshold) == (
       30, 1.0)
   # Never reached: nothing to report; no threshold: nothing either.
-  assert plot.summarize_curve(series, 2, 4.5).min_mean_after_threshold is None
-  assert plot.summarize_curve(series, 2).min_mean_after_threshold is None
+  summarize = curve_summary.summarize_curve
+  assert summarize(series, 2, 4.5).min_mean_after_threshold is None
+  assert summarize(series, 2).min_mean_after_threshold is None
   # A curve that stays up reports its threshold-or-better low.
   steady = plot.Series(np.arange(1, 5) * 10, np.array([5.0, 5.0, 6.0, 5.0]),
                        np.arange(4, dtype=float))
-  assert plot.summarize_curve(steady, 2, 4.0).min_mean_after_threshold == 5.0
+  assert summarize(steady, 2, 4.0).min_mean_after_threshold == 5.0
 
 
 def test_references_come_from_a_written_summary(runs, tmp_path):

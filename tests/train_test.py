@@ -15,6 +15,7 @@ from absl.testing import flagsaver
 
 from clear import checkpoint as checkpoint_lib
 from clear import plot
+from clear.analysis import curve_summary
 from clear import train
 from clear.algorithms import policy as policy_lib
 from clear.cli import configs
@@ -945,7 +946,7 @@ def test_ppg_solves_cartpole_and_stays_solved(tmp_path):
                       '--seed=3', '--logdir=' + logdir, timeout=600)
   assert result.returncode == 0, result.stderr[-3000:]
   run = plot.load_run(logdir)
-  summary = plot.summarize_curve(run.train_curves['gym:CartPole-v1'],
+  summary = curve_summary.summarize_curve(run.train_curves['gym:CartPole-v1'],
                                  threshold=475.0)
   assert summary.frames_to_threshold is not None, summary
   assert summary.min_mean_after_threshold >= 450.0, summary
