@@ -47,9 +47,9 @@ def drop(state_dirs: Iterable[str], buffer_names: Iterable[str],
 
 def check_resume(logdir: str, checkpoint: str, finished: bool,
                  allow_empty: bool):
-  """Whether a run may restore `checkpoint`, whose replay was dropped:
-  yes when it is `finished`, or with `allow_empty` (warned: its replay
-  starts empty).
+  """Checks that a run may restore `checkpoint`, whose replay was dropped:
+  it may when it is `finished` (logged), or with `allow_empty` (warned:
+  its replay starts empty).
 
   Raises:
     checkpoint_lib.CheckpointError: it is to train on, without
