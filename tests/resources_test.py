@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 from clear.algorithms import policy as policy_lib
@@ -181,26 +182,56 @@ def test_the_default_buffers_fit_a_modest_machine(env_name, core_size,
     assert resources.check_replay_fits(needs, available_memory=4 * GB) == []
 
 
+# A parent without TensorFlow, so that its own PSS stays put while other
+# processes come and go: it starts a child holding 300 MB of touched pages
+# when told, and ends it when told again.
+_CHILD = ('import time; b = bytearray(300 << 20); '
+          'b[::4096] = b"x" * len(b[::4096]); print("ready", flush=True); '
+          'time.sleep(120)')
+_PARENT = f"""
+import subprocess, sys
+print("started", flush=True)
+sys.stdin.readline()
+child = subprocess.Popen([sys.executable, '-c', {_CHILD!r}],
+                         stdout=subprocess.PIPE, text=True)
+print(child.stdout.readline().strip(), child.pid, flush=True)
+sys.stdin.readline()
+child.kill()
+child.wait()
+print("gone", flush=True)
+sys.stdin.readline()
+"""
+
+
 def test_tree_memory_counts_the_children_it_has():
-  # A child holding 300 MB of touched pages adds them to the tree's PSS.
-  alone = resources.tree_memory()
-  child = subprocess.Popen(
-      [sys.executable, '-c', 'import sys, time; b = bytearray(300 << 20); '
-       'b[::4096] = b"x" * len(b[::4096]); print("ready", flush=True); '
-       'time.sleep(60)'], stdout=subprocess.PIPE, text=True)
+  parent = subprocess.Popen([sys.executable, '-c', _PARENT],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+
+  def tell():
+    parent.stdin.write('\n')
+    parent.stdin.flush()
+    return parent.stdout.readline().split()
+
   try:
-    assert child.stdout.readline().strip() == 'ready'
-    with_child = resources.tree_memory()
-    of_child = resources.tree_memory(child.pid)
+    assert parent.stdout.readline().strip() == 'started'
+    alone = resources.tree_memory(parent.pid)
+    ready, child_pid = tell()
+    assert ready == 'ready'
+    with_child = resources.tree_memory(parent.pid)
+    of_child = resources.tree_memory(int(child_pid))
+    assert tell() == ['gone']
+    after = resources.tree_memory(parent.pid)
   finally:
-    child.kill()
-    child.wait()
-  # The tree without the child is measured again right after it, as the
-  # other processes' PSS moves while a test session runs.
-  after = resources.tree_memory()
-  assert with_child.processes == alone.processes + 1
+    for process in psutil.Process(parent.pid).children():
+      process.kill()
+    parent.kill()
+    parent.wait()
+  assert alone.processes == after.processes == 1
+  assert with_child.processes == 2
   assert of_child.processes == 1 and of_child.pss > 300 << 20
   assert with_child.pss - after.pss > 300 << 20
+  assert with_child.pss - of_child.pss < alone.pss + (10 << 20)
   assert with_child.rss >= with_child.pss
 
 
