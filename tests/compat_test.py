@@ -473,8 +473,8 @@ def test_every_method_fixture_is_tested():
 
 
 @pytest.mark.parametrize('name', sorted(METHOD_RUNS))
-def test_a_method_run_of_an_earlier_version_resumes_bit_for_bit(name,
-                                                                 tmp_path):
+def test_a_method_run_of_an_earlier_version_resumes_with_its_updates(
+    name, tmp_path):
   # Restored and saved again unchanged; then two updates give the weights,
   # the method's state (anchors, Fishers, merged penalty, boundary count)
   # and the counters the earlier version gave from the same checkpoint.
@@ -490,4 +490,31 @@ def test_a_method_run_of_an_earlier_version_resumes_bit_for_bit(name,
   with np.load(os.path.join(METHOD_FIXTURES, 'resumed', f'{name}.npz')) as f:
     expected = {key.replace('|', '/'): f[key] for key in f.files}
   assert set(expected) <= set(after), sorted(set(expected) - set(after))
-  assert_same(expected, {k: after[k] for k in expected}, 'resumed values')
+  assert_same_updates(expected, {k: after[k] for k in expected}, saved)
+
+
+# How far a float the two updates changed may lie from the earlier
+# version's, as a fraction of that value's largest change. A CPU of another
+# vector width (AVX2 against AVX-512) sums in another order and changes the
+# last bits of each update (about 1e-7 here, against changes of 1e-3); a
+# change in what an update computes moves them by far more.
+UPDATE_TOLERANCE = 1e-3
+
+
+def assert_same_updates(expected, after, saved):
+  """Integers, and every value the updates left alone, exactly as expected;
+  the floats they changed to within UPDATE_TOLERANCE of their change."""
+  different = []
+  for key, want in expected.items():
+    got, before = after[key], saved.get(key)
+    if got.dtype != want.dtype or got.shape != want.shape:
+      different.append(key)
+      continue
+    change = 0.0
+    if (np.issubdtype(want.dtype, np.floating) and before is not None and
+        before.shape == want.shape):
+      change = float(np.max(np.abs(want - before), initial=0.0))
+    error = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    if np.max(error, initial=0.0) > UPDATE_TOLERANCE * change:
+      different.append(key)
+  assert not different, f'resumed values differ: {different}'
