@@ -188,6 +188,7 @@ def test_progress_and_errors_are_read_from_a_runs_log(tmp_path):
 # --- Runs -----------------------------------------------------------------
 
 
+@pytest.mark.slow  # Six runs and a report: about two minutes on 2 cores.
 def test_a_study_runs_in_parallel_marks_a_bad_method_failed_and_reports(
     tmp_path):
   path = write_study(tmp_path, study_text(
