@@ -102,6 +102,32 @@ def test_a_dead_evaluation_process_is_restarted_and_asked_again():
   assert returns_of(finished) == expected
 
 
+def test_a_request_returns_while_an_evaluation_plays():
+  # The Atari agent's weights (several MB) are more than a pipe holds, so
+  # a request is read off it only while the process listens: it must
+  # listen while it plays, or the learner waits out a whole evaluation.
+  env = envs.make('atari:Pong')
+  spec = env.spec
+  env.close()
+  config = evaluator_config(
+      env_name='atari:Pong', spec=spec, num_episodes=1, max_steps=27000,
+      agent_config=policy_lib.AgentConfig('impala_shallow', 256))
+  weights = weights_list(config, 3)
+  assert sum(np.asarray(w).nbytes for w in weights[0]) > 4_000_000
+  process = evaluation_process.EvaluationProcess(config)
+  try:
+    process.request(0, weights[0])  # Read once the evaluator is built.
+    # Played for seconds: a random Pong episode lasts about 800 steps.
+    process.request(100, weights[1])
+    process.request(200, weights[2])
+    assert process.results() == [] and process.num_pending == 3
+    finished = process.results(wait=3)
+  finally:
+    process.close()
+  assert [f.frames for f in finished] == [0, 100, 200]
+  assert all(f.tasks['atari:Pong'].returns[0] <= -10 for f in finished)
+
+
 def test_an_evaluator_that_cannot_be_built_is_one_clear_error():
   config = evaluator_config(env_name='gym:Pendulum-v1')
   process = evaluation_process.EvaluationProcess(config)

@@ -28,7 +28,9 @@ import collections
 import logging
 import multiprocessing as mp
 import os
+import queue
 import signal
+import threading
 import time
 from typing import Dict, List, NamedTuple
 
@@ -147,6 +149,19 @@ class LearnerEvaluations:
     self._evaluator.close()
 
 
+def _receive(connection, requests):
+  """Puts each message of `connection` on `requests`, then None once the
+  learner says stop or the pipe closes."""
+  try:
+    while True:
+      message = connection.recv()
+      requests.put(message)
+      if message is None:
+        return
+  except (EOFError, OSError):
+    requests.put(None)
+
+
 def _evaluation_process(config: EvaluatorConfig, connection):
   """Body of the evaluation process: plays each evaluation asked for, in
   order, until told to stop or its pipe closes."""
@@ -167,9 +182,15 @@ def _evaluation_process(config: EvaluatorConfig, connection):
     except (EOFError, OSError):
       pass
     return
+  # A thread takes each request off the pipe as it comes, so the learner's
+  # send of a request (weights of several MB, more than a pipe holds)
+  # returns while an evaluation plays rather than when it ends.
+  requests = queue.SimpleQueue()
+  threading.Thread(target=_receive, args=(connection, requests),
+                   name='clear-evaluator-receiver', daemon=True).start()
   try:
     while True:
-      message = connection.recv()
+      message = requests.get()
       if message is None:
         break
       frames, weights = message
