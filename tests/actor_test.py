@@ -226,6 +226,7 @@ def test_local_pool_delivers_versioned_unrolls_restarts_and_cleans_up():
                  for c in children)
 
 
+@pytest.mark.slow  # Three actor processes start: about 30 s on 2 cores.
 def test_an_actor_that_cannot_start_backs_off_and_says_why(caplog):
   env = envs.make('gym:CartPole-v1')
   weights = registry.make_policy(

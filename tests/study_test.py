@@ -322,6 +322,7 @@ def test_a_run_stopped_while_it_starts_up_stops_too(tmp_path):
               if logdir in (p.info['cmdline'] or [])]
 
 
+@pytest.mark.slow  # Three runs of the binary: about 90 s on 2 cores.
 def test_a_study_stopped_with_sigint_continues_where_it_stopped(tmp_path):
   path = write_study(tmp_path, study_text(
       15_000, {'a': ['--replay_proportion=0']}, seeds='[0, 1, 2]'))
