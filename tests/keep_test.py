@@ -78,6 +78,29 @@ def test_the_kept_event_file_is_read_by_tensorflow_too(tmp_path):
                              rtol=1e-6)
 
 
+def test_a_resumed_run_is_kept_with_one_point_a_step(tmp_path):
+  logdir = tmp_path / 'run'
+  # The first sitting logs steps 0-300 and stops at 300; the second resumes
+  # from its checkpoint at 300 and logs 300 again, then 400.
+  for suffix, steps, offset in (('a', (0, 100, 200, 300), 0.0),
+                                ('b', (300, 400), 50.0)):
+    writer = tf.summary.create_file_writer(str(logdir), filename_suffix=suffix)
+    with writer.as_default():
+      for step in steps:
+        tf.summary.scalar('runtime/run_time_s', step / 3 + offset, step=step)
+    writer.close()
+  assert keep.keep(str(logdir), str(tmp_path / 'kept'), ['runtime/']) == 5
+  path, = [os.path.join(tmp_path / 'kept', name)
+           for name in os.listdir(tmp_path / 'kept')
+           if name.startswith(keep.EVENT_FILE_PREFIX)]
+  points = [(event.step, value.simple_value)
+            for event in tf.compat.v1.train.summary_iterator(path)
+            for value in event.summary.value]
+  np.testing.assert_allclose(points, [(0, 0.0), (100, 100 / 3),
+                                      (200, 200 / 3), (300, 150.0),
+                                      (400, 400 / 3 + 50)], rtol=1e-6)
+
+
 def test_the_default_tags_are_what_a_results_page_reports(tmp_path):
   _run(tmp_path / 'run')
   keep.keep(str(tmp_path / 'run'), str(tmp_path / 'kept'))

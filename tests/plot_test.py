@@ -236,6 +236,36 @@ def test_resumed_run_drops_overwritten_points(tmp_path):
   np.testing.assert_array_equal(series.values, [1.0, 2.0, -3.0, -4.0])
 
 
+def test_a_step_written_again_at_a_resume_keeps_the_later_value(tmp_path):
+  # A stop logs its last step and checkpoints it; the resumed run logs that
+  # step again first.
+  logdir = str(tmp_path)
+  for suffix, values in (('a', {0: 1.0, 10: 2.0, 20: 3.0}),
+                         ('b', {20: 5.0, 30: 6.0})):
+    writer = tf.summary.create_file_writer(logdir, filename_suffix=suffix)
+    with writer.as_default():
+      for step, value in values.items():
+        tf.summary.scalar('runtime/run_time_s', value, step=step)
+    writer.close()
+  series = plot.read_scalars(logdir)['runtime/run_time_s']
+  np.testing.assert_array_equal(series.steps, [0, 10, 20, 30])
+  np.testing.assert_array_equal(series.values, [1.0, 2.0, 5.0, 6.0])
+  assert np.all(np.diff(series.wall_times) >= 0)
+
+
+def test_points_at_one_step_of_one_file_are_all_kept(tmp_path):
+  # Episodes of several envs that end in the same unroll share its step.
+  writer = tf.summary.create_file_writer(str(tmp_path))
+  with writer.as_default():
+    for step, value in ((10, 1.0), (20, 2.0), (20, 3.0), (20, 4.0),
+                        (30, 5.0)):
+      tf.summary.scalar('episode/A/return', value, step=step)
+  writer.close()
+  series = plot.read_scalars(str(tmp_path))['episode/A/return']
+  np.testing.assert_array_equal(series.steps, [10, 20, 20, 20, 30])
+  np.testing.assert_array_equal(series.values, [1.0, 2.0, 3.0, 4.0, 5.0])
+
+
 def test_smooth():
   np.testing.assert_array_equal(plot.smooth([1.0, 5.0], 0.0), [1.0, 5.0])
   np.testing.assert_allclose(plot.smooth([2.0, 2.0, 2.0], 0.9), 2.0)

@@ -70,9 +70,12 @@ def event_files(logdir: str) -> List[str]:
 def read_scalars(logdir: str) -> Dict[str, Series]:
   """Every scalar tag in the event files under `logdir`.
 
-  Points are taken in wall-time order; a point whose step is below the
-  previous one (a run resumed from an earlier checkpoint) drops the
-  earlier points of the tag at that step or later.
+  Points are taken in wall-time order. A point whose step is below the
+  previous one (a run resumed from an earlier checkpoint), or equal to it
+  but written to another event file (a resumed run logging again the step
+  its stop logged), drops the earlier points of the tag at that step or
+  later. Points at one step in one file (episodes that end together) are
+  all kept.
 
   Raises:
     ValueError: `logdir` is missing or holds no event files.
@@ -81,8 +84,8 @@ def read_scalars(logdir: str) -> Dict[str, Series]:
   if not files:
     raise ValueError(f'No TensorBoard event files (events.out.tfevents*) '
                      f'under {logdir!r}.')
-  points = {}  # tag -> [(wall_time, step, value)]
-  for path in files:
+  points = {}  # tag -> [(wall_time, step, value, file index)]
+  for index, path in enumerate(files):
     for record in _records(path):
       event = event_pb2.Event.FromString(record)
       if not event.HasField('summary'):
@@ -91,15 +94,18 @@ def read_scalars(logdir: str) -> Dict[str, Series]:
         number = _scalar(value)
         if number is not None:
           points.setdefault(value.tag, []).append(
-              (event.wall_time, event.step, number))
+              (event.wall_time, event.step, number, index))
   scalars = {}
   for tag, tag_points in points.items():
     tag_points.sort(key=lambda p: p[0])
-    kept = []
-    for wall_time, step, number in tag_points:
-      if kept and step < kept[-1][0]:
+    kept = []  # [(step, value, wall_time)]
+    last_file = None
+    for wall_time, step, number, index in tag_points:
+      if kept and (step < kept[-1][0] or
+                   (step == kept[-1][0] and index != last_file)):
         kept = [p for p in kept if p[0] < step]
       kept.append((step, number, wall_time))
+      last_file = index
     kept.sort(key=lambda p: p[0])
     scalars[tag] = Series(np.array([p[0] for p in kept], np.int64),
                           np.array([p[1] for p in kept], np.float64),
