@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import time
+import zipfile
 from typing import Dict, List, NamedTuple, Optional
 
 import numpy as np
@@ -24,6 +25,7 @@ import tensorflow as tf
 import tree
 
 from clear import checkpoint as checkpoint_lib
+from clear import snapshot
 from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
 from clear.continual import history as history_lib
@@ -229,7 +231,8 @@ class PeriodicEvaluation:
   actors'), so it never changes what training sees. Where it is played is
   `evaluations`' choice (`clear.runtime.evaluation_process`): each
   evaluation is asked for with the weights of the frames it is due at, and
-  recorded at those frames when it finishes. The final one is waited for.
+  recorded at those frames when it finishes. The final one is waited for;
+  those unfinished when a run stops are played first when it resumes.
 
   Args:
     run: the run (`clear.runtime.run_loop`'s state of one run): its config,
@@ -244,11 +247,19 @@ class PeriodicEvaluation:
   def __init__(self, run, evaluations):
     self._run = run
     self._evaluations = evaluations
+    self._path = os.path.join(run.config.logdir, PENDING_EVALUATIONS_FILE)
     records = run.eval_history.records
     self._asked = records[-1].frames if records else None
+    # (frames, weights) asked for and not yet recorded, oldest first.
+    self._unrecorded = []
     self.seconds = 0.0  # Spent playing evaluations, this session.
     if run.schedule is not None:
       schedule_lib.write_tasks_json(run.config.logdir, run.schedule)
+    for frames, weights in read_pending_evaluations(
+        self._path, after=self._asked, until=run.frames):
+      self._request(frames, weights)
+    if not self._unrecorded and os.path.exists(self._path):
+      os.remove(self._path)  # All recorded, or past the restored frames.
 
   def maybe_evaluate(self, force: bool = False):
     """Records the evaluations that finished, and asks for one if it is
@@ -258,15 +269,21 @@ class PeriodicEvaluation:
     if self._asked != run.frames and (force or run.eval_due(self._asked)):
       if self._evaluations.num_pending >= self.MAX_PENDING:
         self._record(self._evaluations.results(wait=1))
-      self._evaluations.request(run.frames, run.policy.evaluation_weights())
-      self._asked = run.frames
+      self._request(run.frames, run.policy.evaluation_weights())
     if force:
       self._record(self._evaluations.results(
           wait=self._evaluations.num_pending))
 
+  def _request(self, frames, weights):
+    self._evaluations.request(frames, weights)
+    self._unrecorded.append((frames, weights))
+    self._asked = frames
+
   def _record(self, finished):
     run = self._run
     for evaluation in finished:
+      self._unrecorded = [(frames, weights) for frames, weights
+                          in self._unrecorded if frames != evaluation.frames]
       self.seconds += evaluation.seconds
       tasks = evaluation.tasks
       results = {name: task.mean_return for name, task in tasks.items()}
@@ -282,14 +299,26 @@ class PeriodicEvaluation:
                        f'{half_widths[name]:.1f}' for name in results))
 
   def finish(self):
-    """Ends the evaluations (any not finished are abandoned, and said so)
-    and writes the continual-learning metrics of a task sequence."""
+    """Ends the evaluations and writes the continual-learning metrics of a
+    task sequence. Those asked for and not recorded are written, with their
+    weights, to `PENDING_EVALUATIONS_FILE`: the resumed run plays them
+    first and records them at the frames they were asked at."""
     run = self._run
-    if self._evaluations.num_pending:
-      logging.info('%d evaluation(s) not finished are abandoned; a resumed '
-                   'run evaluates at its start.',
-                   self._evaluations.num_pending)
     self._evaluations.close()
+    if self._unrecorded:
+      try:
+        write_pending_evaluations(self._path, self._unrecorded)
+        logging.info('%d evaluation(s) not finished (at %s frames) are kept '
+                     'in %s; the resumed run plays them first.',
+                     len(self._unrecorded), ', '.join(
+                         f'{frames:,}' for frames, _ in self._unrecorded),
+                     self._path)
+      except OSError as e:
+        logging.warning('%d evaluation(s) not finished are lost: could not '
+                        'write %s: %s.', len(self._unrecorded), self._path,
+                        checkpoint_lib.write_failure(e)[0])
+    elif os.path.exists(self._path):
+      os.remove(self._path)
     if run.schedule is None or not len(run.eval_history):
       return
     metrics = continual_metrics.forgetting_metrics(run.eval_history,
@@ -297,6 +326,56 @@ class PeriodicEvaluation:
     path = os.path.join(run.config.logdir, 'continual_metrics.json')
     continual_metrics.write_metrics_json(path, metrics)
     logging.info('Continual-learning metrics written to %s.', path)
+
+
+PENDING_EVALUATIONS_FILE = 'pending_evaluations.npz'
+
+
+def write_pending_evaluations(path: str, pending):
+  """Writes evaluations asked for and not recorded to `path` (atomically).
+
+  Args:
+    path: the `.npz` file (a `clear.snapshot`).
+    pending: (frames, weights) pairs, weights a list of numpy arrays.
+
+  Raises:
+    OSError: the file could not be written (no partial file is left).
+  """
+  arrays = {'frames': np.array([frames for frames, _ in pending], np.int64)}
+  for i, (_, weights) in enumerate(pending):
+    arrays.update({f'weights/{i}/{j}': np.asarray(w)
+                   for j, w in enumerate(weights)})
+  try:
+    snapshot.save(path, arrays)
+  except OSError:
+    if os.path.exists(path + '.tmp'):
+      os.remove(path + '.tmp')
+    raise
+
+
+def read_pending_evaluations(path: str, after: Optional[int],
+                             until: int) -> List[tuple]:
+  """The (frames, weights) pairs `write_pending_evaluations` wrote to
+  `path`, oldest first, of those asked for after `after` frames (None:
+  all) and at most `until` frames (the frames of the restored checkpoint:
+  later ones belong to a checkpoint that was not kept). No file: none; an
+  unreadable one is said so, and gives none."""
+  if not os.path.exists(path):
+    return []
+  try:
+    arrays = snapshot.load(path)
+    pending = []
+    for i, frames in enumerate(arrays['frames'].tolist()):
+      prefix = f'weights/{i}/'
+      count = sum(name.startswith(prefix) for name in arrays)
+      pending.append((int(frames), [arrays[f'{prefix}{j}']
+                                    for j in range(count)]))
+  except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
+    logging.warning('The evaluations not finished when the run last '
+                    'stopped are lost: %s cannot be read (%s).', path, e)
+    return []
+  return [(frames, weights) for frames, weights in pending
+          if (after is None or frames > after) and frames <= until]
 
 
 def summarize_returns(returns) -> dict:
