@@ -1,10 +1,9 @@
 """Evaluations in a process of their own give the returns the learner's
-would, in the order asked, and survive the process's death and a stopped
-run."""
+would, in the order asked, and survive the process's death; those a
+stopped run had not finished are kept for its resume."""
 
 import os
 import signal
-import types
 
 import numpy as np
 import psutil
@@ -12,7 +11,6 @@ import pytest
 
 from clear.algorithms import policy as policy_lib
 from clear.algorithms import registry
-from clear.continual import history as history_lib
 from clear.runtime import evaluation
 from clear.runtime import evaluation_process
 import envs
@@ -164,58 +162,6 @@ def test_learner_evaluations_are_played_when_asked():
     learner.close()
 
 
-class FakeRun:
-  """A unit-test stand-in for the run loop's run: what `PeriodicEvaluation`
-  reads of it, with an evaluation due every 100 frames."""
-
-  def __init__(self, logdir, frames, weights, eval_history):
-    self.config = types.SimpleNamespace(logdir=str(logdir))
-    self.schedule = None
-    self.frames = frames
-    self.eval_history = eval_history
-    self.weights = weights
-    self.policy = types.SimpleNamespace(
-        evaluation_weights=lambda: self.weights)
-
-  def eval_due(self, last):
-    return last is None or self.frames >= last + 100
-
-
-def test_evaluations_unfinished_at_a_stop_are_played_when_it_resumes(
-    tmp_path):
-  config = evaluator_config()
-  weights = weights_list(config, 3)
-  learner = evaluation_process.LearnerEvaluations(config)
-  for frames, w in zip((0, 100, 200), weights):
-    learner.request(frames, w)
-  expected = [(f.frames, {name: task.mean_return
-                          for name, task in f.tasks.items()})
-              for f in learner.results()]
-  learner.close()
-  history = history_lib.EvalHistory()
-  # Stopped while the process is still starting: neither is played.
-  run = FakeRun(tmp_path, 0, weights[0], history)
-  periodic = evaluation.PeriodicEvaluation(
-      run, evaluation_process.EvaluationProcess(config))
-  periodic.maybe_evaluate()
-  run.frames, run.weights = 100, weights[1]
-  periodic.maybe_evaluate()
-  periodic.finish()
-  path = tmp_path / evaluation.PENDING_EVALUATIONS_FILE
-  assert len(history) == 0 and path.exists()
-  # Resumed from a checkpoint at 150 frames, with other weights: the two
-  # are played with the weights they were asked with, then the next one.
-  run = FakeRun(tmp_path, 150, weights[2], history)
-  periodic = evaluation.PeriodicEvaluation(
-      run, evaluation_process.EvaluationProcess(config))
-  periodic.maybe_evaluate()  # Not due: 100 was the last asked for.
-  run.frames = 200
-  periodic.maybe_evaluate(force=True)
-  periodic.finish()
-  assert [(r.frames, r.returns) for r in history.records] == expected
-  assert not path.exists()
-
-
 def test_pending_evaluations_are_read_back_within_the_restored_frames(
     tmp_path, caplog):
   path = str(tmp_path / evaluation.PENDING_EVALUATIONS_FILE)
@@ -238,3 +184,4 @@ def test_pending_evaluations_are_read_back_within_the_restored_frames(
     f.write(b'not a snapshot')
   assert evaluation.read_pending_evaluations(path, None, 30) == []
   assert 'cannot be read' in caplog.text
+

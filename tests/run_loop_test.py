@@ -7,6 +7,7 @@ import os
 import time
 
 import numpy as np
+import psutil
 import pytest
 import tensorflow as tf
 
@@ -502,6 +503,58 @@ def test_a_task_sequence_switches_tasks_evaluates_and_writes_metrics(
       '1': pytest.approx((evals[1] - evals[2]) / max(map(abs, evals)))}
   assert metrics['cora_isolated_forgetting'] == pytest.approx(
       (evals[1] - evals[2]) / max(map(abs, evals)))
+
+
+def test_evaluations_unfinished_at_a_stop_are_played_when_it_resumes(
+    tmp_path):
+  whole = make_config(tmp_path / 'whole', backend='inline', num_replay=0,
+                      batch_size=4, unroll_length=10,
+                      env_name='gym:CartPole-v1,gym:Acrobot-v1',
+                      frames_per_task=120, total_environment_frames=240,
+                      eval_episodes=4, eval_max_steps=50, evaluator='learner')
+  run_loop.train(whole)
+  parts = whole._replace(logdir=str(tmp_path / 'parts'), evaluator='process')
+  calls, earlier = [], {child.pid for child in psutil.Process().children()}
+
+  def evaluator():
+    """The one process an inline run spawns."""
+    found = []
+    for child in psutil.Process().children():
+      try:
+        if (child.pid not in earlier and
+            'spawn_main' in ' '.join(child.cmdline())):
+          found.append(child)
+      except psutil.Error:
+        pass  # Gone, or a zombie of another test.
+    process, = found
+    return process
+
+  def stop_requested():
+    # Called once before tracing and once a step of the loop. At the loop's
+    # first step the evaluation at 0 frames has been asked for: its process
+    # is held, then let go as the run stops, 4 steps on, when nothing reads
+    # what it finishes.
+    calls.append(None)
+    if len(calls) == 2:
+      evaluator().suspend()
+    elif len(calls) == 6:
+      evaluator().resume()
+      return True
+    return False
+
+  frames = run_loop.train(parts, stop_requested=stop_requested).num_env_frames
+  assert 0 < frames < 120 and len(calls) == 6
+  pending = os.path.join(parts.logdir, evaluation.PENDING_EVALUATIONS_FILE)
+  assert os.path.exists(pending)
+  assert not scalar_series(parts.logdir, 'eval/mean_return')
+  # Resumed past 0 frames, the run plays the evaluation at 0 first, with
+  # the weights it had then: every evaluation is the uninterrupted run's.
+  assert run_loop.train(parts).num_env_frames == 240
+  for task in ('gym:CartPole-v1', 'gym:Acrobot-v1'):
+    expected = scalar_series(whole.logdir, f'eval/{task}/return')
+    assert [step for step, _ in expected] == [0, 120, 240]
+    assert scalar_series(parts.logdir, f'eval/{task}/return') == expected
+  assert not os.path.exists(pending)
 
 
 def test_a_random_length_sequence_resumed_mid_segment_continues_exactly(

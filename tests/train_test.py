@@ -94,7 +94,10 @@ def test_cartpole_learns_stops_on_sigterm_resumes_and_tests(tmp_path):
   assert results['mean'] > 100, results
 
 
-@pytest.mark.parametrize('backend', ['local', 'ray'])
+@pytest.mark.parametrize('backend', [
+    'local',
+    # Ray's start and stop take most of its half minute: in the slow step.
+    pytest.param('ray', marks=pytest.mark.slow)])
 def test_a_sequence_trains_each_task_on_its_own_envs(tmp_path, backend):
   # CartPole pays +1 a step, MountainCar -1 until its 200-step limit: the
   # episodes the run logs for each task (tagged with the task it trains)
