@@ -23,6 +23,8 @@ def save(path: str, arrays: Arrays):
 
   Raises:
     ValueError: an entry is not a plain numeric, bool or unicode array.
+    OSError: the write failed; `path` is as it was, and no temporary file
+      is left.
   """
   for name, value in arrays.items():
     if not isinstance(value, np.ndarray) or value.dtype.kind not in 'biufU':
@@ -30,9 +32,14 @@ def save(path: str, arrays: Arrays):
                        f'({type(value).__name__}, dtype '
                        f'{getattr(value, "dtype", None)}).')
   tmp = path + '.tmp'
-  with open(tmp, 'wb') as f:
-    np.savez(f, **arrays)
-  os.replace(tmp, path)
+  try:
+    with open(tmp, 'wb') as f:
+      np.savez(f, **arrays)
+    os.replace(tmp, path)
+  except OSError:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
 
 
 def load(path: str) -> Arrays:

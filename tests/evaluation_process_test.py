@@ -184,4 +184,3 @@ def test_pending_evaluations_are_read_back_within_the_restored_frames(
     f.write(b'not a snapshot')
   assert evaluation.read_pending_evaluations(path, None, 30) == []
   assert 'cannot be read' in caplog.text
-

@@ -23,6 +23,7 @@ import pytest
 import tensorflow as tf
 
 from clear import checkpoint as checkpoint_lib
+from clear import snapshot
 from clear.algorithms import policy as policy_lib
 from clear.algorithms.impala import learner as learner_lib
 from clear.replay import buffer as replay_lib
@@ -192,6 +193,23 @@ def test_a_checkpoint_that_meets_a_full_disk_leaves_nothing_of_itself(
   np.testing.assert_array_equal(
       saved.get_tensor('weights/.ATTRIBUTES/VARIABLE_VALUE'),
       np.ones([100_000]))
+
+
+def test_a_snapshot_that_meets_a_full_disk_leaves_the_last_one_whole(
+    small_disk):
+  disk = small_disk(MB)
+  path = os.path.join(disk, 'state.npz')
+  snapshot.save(path, {'x': np.arange(1000, dtype=np.int64)})
+  with open(path, 'rb') as f:
+    before = f.read()
+  # 2 MB of arrays on a 1 MiB disk.
+  with pytest.raises(OSError) as raised:
+    snapshot.save(path, {'x': np.zeros(1 << 18, np.float64)})
+  assert raised.value.errno == 28
+  assert os.listdir(disk) == ['state.npz']
+  with open(path, 'rb') as f:
+    assert f.read() == before
+  np.testing.assert_array_equal(snapshot.load(path)['x'], np.arange(1000))
 
 
 def test_a_read_only_logdir_is_not_called_a_full_disk(small_disk):

@@ -345,12 +345,7 @@ def write_pending_evaluations(path: str, pending):
   for i, (_, weights) in enumerate(pending):
     arrays.update({f'weights/{i}/{j}': np.asarray(w)
                    for j, w in enumerate(weights)})
-  try:
-    snapshot.save(path, arrays)
-  except OSError:
-    if os.path.exists(path + '.tmp'):
-      os.remove(path + '.tmp')
-    raise
+  snapshot.save(path, arrays)
 
 
 def read_pending_evaluations(path: str, after: Optional[int],
