@@ -214,6 +214,10 @@ def test_local_pool_delivers_versioned_unrolls_restarts_and_cleans_up():
     with pytest.raises(actor_worker.ActorFailure, match='max_restarts'):
       for _ in range(200):
         pool.get(timeout=0.05)
+    # Killed mid-send, an actor leaves its sending flag up; `psutil.wait`
+    # reaped it, so multiprocessing still takes it for alive. Closing must
+    # not read the pipe the failed restart closed.
+    pool._lives[1].beat(sending=True)  # pylint: disable=protected-access
   finally:
     pool.close()
   # No actor process is left behind (multiprocessing's resource tracker,

@@ -466,7 +466,9 @@ class LocalActorPool:
       return (time.monotonic() - asked_at,
               'sent part of an unroll and then nothing')
     life = self._lives[actor_id]
-    if life.sending and self._connections[actor_id].poll():
+    connection = self._connections[actor_id]
+    # A closed pipe (an actor stopped for good) holds nothing waiting.
+    if life.sending and not connection.closed and connection.poll():
       return None  # Its unroll waits for the learner.
     return life.silent_s(), 'gave no sign of life'
 
@@ -490,7 +492,6 @@ class LocalActorPool:
       logging.warning('Actor %d (PID %s) %s for %.0f s; it is replaced if '
                       'this lasts %g s.', actor_id,
                       self._processes[actor_id].pid, what, seconds, timeout)
-    return False
     return False
 
   def restart_dead_actors(self):
