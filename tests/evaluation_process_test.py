@@ -2,8 +2,10 @@
 would, in the order asked, and survive the process's death; those a
 stopped run had not finished are kept for its resume."""
 
+import logging
 import os
 import signal
+import threading
 
 import numpy as np
 import psutil
@@ -128,6 +130,46 @@ def test_a_request_returns_while_an_evaluation_plays():
     process.close()
   assert [f.frames for f in finished] == [0, 100, 200]
   assert all(f.tasks['atari:Pong'].returns[0] <= -10 for f in finished)
+
+
+def test_a_held_evaluation_process_keeps_no_one_waiting(monkeypatch, caplog):
+  # Held from its start (SIGSTOP), the process reads nothing: a request of
+  # more than a pipe holds must still return, a wait must end when the run
+  # is asked to stop, and closing must not wait for it.
+  env = envs.make('atari:Pong')
+  spec = env.spec
+  env.close()
+  config = evaluator_config(
+      env_name='atari:Pong', spec=spec, num_episodes=1, max_steps=27000,
+      agent_config=policy_lib.AgentConfig('impala_shallow', 256))
+  weights = weights_list(config, 2)
+  assert sum(np.asarray(w).nbytes for w in weights[0]) > 4_000_000
+  monkeypatch.setattr(evaluation_process, 'WAIT_LOG_S', 0.5)
+  process = evaluation_process.EvaluationProcess(config)
+  held = psutil.Process(process.pid)
+  held.suspend()
+  try:
+    requests = threading.Thread(
+        target=lambda: [process.request(f, w) for f, w in
+                        zip((0, 100), weights)], daemon=True)
+    requests.start()
+    requests.join(30)
+    assert not requests.is_alive() and process.num_pending == 2
+    calls = []
+    with caplog.at_level(logging.INFO):
+      assert process.results(
+          wait=1, stop_requested=lambda: len(calls) > 2 or calls.append(1)
+          ) == []
+    assert len(calls) == 3 and process.num_pending == 2
+    assert 'for the evaluation at 0 frames' in caplog.text
+  finally:
+    closing = threading.Thread(target=process.close, daemon=True)
+    closing.start()
+    closing.join(30)
+    if held.is_running():
+      held.kill()
+  assert not closing.is_alive()
+  assert not held.is_running() or held.status() == psutil.STATUS_ZOMBIE
 
 
 def test_an_evaluator_that_cannot_be_built_is_one_clear_error():

@@ -557,6 +557,52 @@ def test_evaluations_unfinished_at_a_stop_are_played_when_it_resumes(
   assert not os.path.exists(pending)
 
 
+@pytest.mark.parametrize('eval_interval,kept', [(120, [0, 120]),
+                                                (240, [0, 240])])
+def test_a_stop_while_the_learner_waits_on_a_held_evaluator_keeps_every_one(
+    tmp_path, eval_interval, kept):
+  # Evaluations at 0 and 240 frames (the final one), or at 0, 120 and 240.
+  # The evaluation process is held from the start, so the learner ends up
+  # waiting on it: for all of them after asking for the final one, or, with
+  # two already pending, for a slot to ask for it in. A stop must end that
+  # wait; the resumed run, complete, plays what was kept and asks for what
+  # was not, and every evaluation is then the uninterrupted run's.
+  whole = make_config(tmp_path / 'whole', backend='inline', num_replay=0,
+                      batch_size=4, unroll_length=10,
+                      total_environment_frames=240,
+                      eval_interval_frames=eval_interval, eval_episodes=4,
+                      eval_max_steps=50, evaluator='learner')
+  calls = []
+  run_loop.train(whole, stop_requested=lambda: calls.append(None) or False)
+  steps = len(calls)  # Before tracing, then one a step of the loop.
+  parts = whole._replace(logdir=str(tmp_path / 'parts'), evaluator='process')
+  calls, earlier = [], {child.pid for child in psutil.Process().children()}
+
+  def stop_requested():
+    calls.append(None)
+    if len(calls) == 2:  # The evaluation at 0 frames has been asked for.
+      found = [child for child in psutil.Process().children()
+               if child.pid not in earlier and
+               'spawn_main' in ' '.join(child.cmdline())]
+      evaluator, = found
+      evaluator.suspend()
+    # Past the loop's steps, only a wait asks.
+    return len(calls) > steps
+
+  result = run_loop.train(parts, stop_requested=stop_requested)
+  assert result.num_env_frames == 240 and result.stopped_early
+  assert len(calls) == steps + 1
+  pending = os.path.join(parts.logdir, evaluation.PENDING_EVALUATIONS_FILE)
+  assert [frames for frames, _ in evaluation.read_pending_evaluations(
+      pending, after=None, until=240)] == kept
+  assert not scalar_series(parts.logdir, 'eval/mean_return')
+  assert run_loop.train(parts).num_env_frames == 240
+  expected = scalar_series(whole.logdir, 'eval/gym:CartPole-v1/return')
+  assert [step for step, _ in expected] == list(range(0, 241, eval_interval))
+  assert scalar_series(parts.logdir, 'eval/gym:CartPole-v1/return') == expected
+  assert not os.path.exists(pending)
+
+
 def test_a_random_length_sequence_resumed_mid_segment_continues_exactly(
     tmp_path):
   # Seed 2 draws segments of 150 and 90 frames around 120; an update is 40

@@ -18,7 +18,7 @@ import logging
 import os
 import time
 import zipfile
-from typing import Dict, List, NamedTuple, Optional
+from typing import Callable, Dict, List, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -232,21 +232,25 @@ class PeriodicEvaluation:
   `evaluations`' choice (`clear.runtime.evaluation_process`): each
   evaluation is asked for with the weights of the frames it is due at, and
   recorded at those frames when it finishes. The final one is waited for;
-  those unfinished when a run stops are played first when it resumes.
+  those unfinished when a run stops are played first when it resumes. A
+  wait for an evaluation ends when the run is asked to stop.
 
   Args:
     run: the run (`clear.runtime.run_loop`'s state of one run): its config,
       policy, schedule, frames, `eval_history` and `eval_due`.
     evaluations: a `LearnerEvaluations` or an `EvaluationProcess`, made
       from `evaluator_config(run)`; closed by `finish`.
+    stop_requested: says whether the run is asked to stop.
   """
 
   # Evaluations asked for and not finished, past which the learner waits.
   MAX_PENDING = 2
 
-  def __init__(self, run, evaluations):
+  def __init__(self, run, evaluations,
+               stop_requested: Callable[[], bool] = lambda: False):
     self._run = run
     self._evaluations = evaluations
+    self._stop_requested = stop_requested
     self._path = os.path.join(run.config.logdir, PENDING_EVALUATIONS_FILE)
     records = run.eval_history.records
     self._asked = records[-1].frames if records else None
@@ -261,18 +265,30 @@ class PeriodicEvaluation:
     if not self._unrecorded and os.path.exists(self._path):
       os.remove(self._path)  # All recorded, or past the restored frames.
 
-  def maybe_evaluate(self, force: bool = False):
+  def maybe_evaluate(self, force: bool = False) -> bool:
     """Records the evaluations that finished, and asks for one if it is
-    due (or `force`, for the final one: then waits for every one)."""
+    due (or `force`, for the final one: then waits for every one).
+
+    Returns:
+      False if a wait ended because the run is asked to stop (the due
+      evaluation is then not asked for, or not all are recorded), else
+      True.
+    """
     run = self._run
     self._record(self._evaluations.results())
     if self._asked != run.frames and (force or run.eval_due(self._asked)):
       if self._evaluations.num_pending >= self.MAX_PENDING:
-        self._record(self._evaluations.results(wait=1))
+        self._record(self._evaluations.results(
+            wait=1, stop_requested=self._stop_requested))
+        if self._evaluations.num_pending >= self.MAX_PENDING:
+          return False
       self._request(run.frames, run.policy.evaluation_weights())
     if force:
       self._record(self._evaluations.results(
-          wait=self._evaluations.num_pending))
+          wait=self._evaluations.num_pending,
+          stop_requested=self._stop_requested))
+      return not self._evaluations.num_pending
+    return True
 
   def _request(self, frames, weights):
     self._evaluations.request(frames, weights)

@@ -4,8 +4,9 @@ process of their own beside it.
 The run loop starts one of two kinds with `start`, and
 `clear.runtime.evaluation.PeriodicEvaluation` makes the same calls of each:
 `request(frames, weights)` asks for an evaluation of `weights` (the
-learner's at `frames`), `results(wait)` returns the finished ones in the
-order asked, `num_pending` counts the unfinished, and `close()` ends it.
+learner's at `frames`), `results(wait, stop_requested)` returns the finished
+ones in the order asked, `num_pending` counts the unfinished, and `close()`
+ends it.
 
 - `LearnerEvaluations`: the learner plays the evaluation at once, while the
   actors wait. One TensorFlow runtime, and a seeded inline run stays
@@ -16,7 +17,10 @@ order asked, `num_pending` counts the unfinished, and `close()` ends it.
   actors go on training. Each evaluation plays the weights it was asked
   with, so its returns are those `LearnerEvaluations` would give; only the
   wall-clock time they arrive at differs. It costs one more TensorFlow
-  runtime (a few hundred MB).
+  runtime (a few hundred MB). The learner never waits on the process
+  unless it asks to: requests are sent from a thread of their own, and a
+  wait for results ends when the run is asked to stop, so a stopped or hung
+  evaluation process cannot keep a run from its final checkpoint.
 
 Training leaves CPU idle that evaluations can use: on the 2-core machine a
 MinAtar run's actor and learner keep about 1.5 cores busy, and an
@@ -32,7 +36,7 @@ import queue
 import signal
 import threading
 import time
-from typing import Dict, List, NamedTuple
+from typing import Callable, Dict, List, NamedTuple
 
 from clear import types
 from clear.algorithms import policy as policy_lib
@@ -47,6 +51,8 @@ MAX_RESTARTS = 3
 # The evaluation process's `nice` increment where Linux's idle scheduling
 # class is not available.
 NICENESS = 19
+# Seconds between the log lines of a wait for an evaluation.
+WAIT_LOG_S = 60.0
 
 
 class EvaluatorConfig(NamedTuple):
@@ -139,8 +145,10 @@ class LearnerEvaluations:
     tasks = self._evaluator.evaluate_tasks(weights)
     self._finished.append(Finished(frames, tasks, time.monotonic() - start))
 
-  def results(self, wait: int = 0) -> List[Finished]:
-    del wait  # Every evaluation finished when it was asked for.
+  def results(self, wait: int = 0,
+              stop_requested: Callable[[], bool] = lambda: False
+              ) -> List[Finished]:
+    del wait, stop_requested  # Each finished when it was asked for.
     finished = list(self._finished)
     self._finished.clear()
     return finished
@@ -204,6 +212,46 @@ def _evaluation_process(config: EvaluatorConfig, connection):
     evaluator.close()
 
 
+class _Sender:
+  """Sends messages on a pipe, in order, from a thread of its own, so the
+  caller never waits for the reader: a request's weights can be more than
+  a pipe holds, and a process starting up, stopped or hung reads nothing.
+  A send that fails (the process died) ends the thread; the process's
+  owner finds the death on the pipe."""
+
+  _END = object()
+
+  def __init__(self, connection):
+    self._connection = connection
+    self._messages = queue.SimpleQueue()
+    self._thread = threading.Thread(target=self._run, daemon=True,
+                                    name='clear-evaluation-sender')
+    self._thread.start()
+
+  def send(self, message):
+    self._messages.put(message)
+
+  def _run(self):
+    while True:
+      message = self._messages.get()
+      if message is self._END:
+        return
+      try:
+        self._connection.send(message)
+      except (BrokenPipeError, OSError):
+        return
+
+  def end(self, timeout: float):
+    """Ends the thread once what was given before is sent (or the pipe
+    breaks); waits for it at most `timeout` seconds."""
+    self._messages.put(self._END)
+    self._thread.join(timeout)
+
+  @property
+  def is_alive(self) -> bool:
+    return self._thread.is_alive()
+
+
 class EvaluationProcess:
   """Evaluations played by a process of their own (see the module
   docstring). A process that dies is started again, and the evaluations it
@@ -219,7 +267,7 @@ class EvaluationProcess:
     self._ctx = mp.get_context('spawn')
     self._pending = collections.deque()  # (frames, weights) asked, unplayed.
     self.num_restarts = 0
-    self._process = self._connection = None
+    self._process = self._connection = self._sender = None
     self._start()
 
   def _start(self):
@@ -231,11 +279,9 @@ class EvaluationProcess:
       self._process.start()
     child.close()
     self._connection = parent
-    try:
-      for frames, weights in self._pending:
-        self._connection.send((frames, weights))
-    except (BrokenPipeError, OSError):
-      pass  # Died at once: `results` finds it and starts it again.
+    self._sender = _Sender(parent)
+    for frames, weights in self._pending:
+      self._sender.send((frames, weights))
 
   @property
   def num_pending(self) -> int:
@@ -246,18 +292,26 @@ class EvaluationProcess:
     return self._process.pid
 
   def request(self, frames: int, weights):
+    """Asks for an evaluation; returns at once."""
     self._pending.append((frames, weights))
-    try:
-      self._connection.send((frames, weights))
-    except (BrokenPipeError, OSError):
-      self._restart('its pipe broke')
+    self._sender.send((frames, weights))
+
+  def _end_pipe(self):
+    """Closes the pipe of a process that has ended: its sender's send
+    fails, and the thread ends, first."""
+    self._sender.end(timeout=10.0)
+    if self._sender.is_alive:
+      logging.warning('The evaluation sender thread did not end; its pipe '
+                      'is left open.')
+      return
+    self._connection.close()
 
   def _restart(self, reason: str):
     self._process.join(1)
     if self._process.is_alive():
       self._process.kill()
       self._process.join()
-    self._connection.close()
+    self._end_pipe()
     self.num_restarts += 1
     if self.num_restarts > MAX_RESTARTS:
       raise RuntimeError(
@@ -269,19 +323,29 @@ class EvaluationProcess:
                     self._process.exitcode, len(self._pending))
     self._start()
 
-  def results(self, wait: int = 0) -> List[Finished]:
+  def results(self, wait: int = 0,
+              stop_requested: Callable[[], bool] = lambda: False
+              ) -> List[Finished]:
     """The finished evaluations, in the order asked; waits until at least
-    `wait` have finished (or none is pending)."""
+    `wait` have finished, none is pending or `stop_requested()`, saying
+    every `WAIT_LOG_S` seconds what it waits for."""
     finished = []
+    started = last_said = time.monotonic()
     while self._pending:
       must_wait = len(finished) < wait
       try:
         if not self._connection.poll(1.0 if must_wait else 0):
           if not self._process.is_alive() and not self._connection.poll():
             self._restart('it exited')
-          if must_wait:
-            continue
-          break
+          if not must_wait or stop_requested():
+            break
+          if time.monotonic() - last_said >= WAIT_LOG_S:
+            last_said = time.monotonic()
+            logging.info('Waiting %.0f s so far for the evaluation at %s '
+                         'frames (evaluation process PID %s).',
+                         last_said - started, f'{self._pending[0][0]:,}',
+                         self._process.pid)
+          continue
         kind, payload = self._connection.recv()
       except (EOFError, OSError):
         self._restart('its pipe closed')
@@ -294,18 +358,16 @@ class EvaluationProcess:
 
   def close(self):
     """Ends the process; evaluations not finished are abandoned (one being
-    played is not waited for)."""
+    played is not waited for, nor a stopped or hung process)."""
     if self._pending:
-      self._process.terminate()
-    try:
-      self._connection.send(None)
-    except (BrokenPipeError, OSError):
-      pass
+      self._process.kill()
+    else:
+      self._sender.send(None)
     self._process.join(10)
     if self._process.is_alive():
       self._process.kill()
       self._process.join()
-    self._connection.close()
+    self._end_pipe()
 
 
 def start(kind: str, backend: str, config: EvaluatorConfig):

@@ -649,7 +649,12 @@ def _train(config, stop_requested, max_updates, on_start, lock):
     if run.restored:
       logging.info('Resuming at %d frames, %d updates, phase %s.',
                    run.frames, run.num_updates, run.phase_name)
-    if run.restored and run.frames >= total:
+    unplayed = os.path.exists(os.path.join(
+        config.logdir, evaluation_lib.PENDING_EVALUATIONS_FILE))
+    if run.restored and run.frames >= total and unplayed:
+      logging.info('The run is complete; the evaluations it stopped before '
+                   'finishing are played now.')
+    elif run.restored and run.frames >= total:
       logging.warning(
           'The run in %s is complete (%s of %s frames, %s): nothing to do, '
           'and nothing was written. Give a larger --total_environment_frames '
@@ -690,7 +695,8 @@ def _train(config, stop_requested, max_updates, on_start, lock):
     if run.schedule is not None or config.eval_interval_frames:
       evaluation = evaluation_lib.PeriodicEvaluation(
           run, evaluation_process.start(config.evaluator, config.backend,
-                                        evaluator_config(run)))
+                                        evaluator_config(run)),
+          stop_requested)
     _continue_actors(pool, run.actor_state)
     pool.publish(weights, run.num_updates)
     frame_rate = progress.Rate(run.frames)
@@ -753,7 +759,9 @@ def _train(config, stop_requested, max_updates, on_start, lock):
           run.save(_actor_state(pool))
           last_checkpoint = now
       if evaluation is not None and not stopped_early:
-        evaluation.maybe_evaluate(force=True)  # The final performance.
+        # The final performance; a stop during its wait keeps it for the
+        # resume, as any unfinished evaluation.
+        stopped_early = not evaluation.maybe_evaluate(force=True)
       # Every run ends with a progress line and its runtime summaries, also
       # one shorter than the log interval.
       memory_logged = False
