@@ -596,6 +596,10 @@ def test_a_stop_while_the_learner_waits_on_a_held_evaluator_keeps_every_one(
   assert [frames for frames, _ in evaluation.read_pending_evaluations(
       pending, after=None, until=240)] == kept
   assert not scalar_series(parts.logdir, 'eval/mean_return')
+  # Its wait polled the held process for a second before asking.
+  (step, waited), = scalar_series(parts.logdir, 'runtime/eval_wait_s')
+  assert step == 240 and waited >= 1.0
+  assert not scalar_series(whole.logdir, 'runtime/eval_wait_s')
   assert run_loop.train(parts).num_env_frames == 240
   expected = scalar_series(whole.logdir, 'eval/gym:CartPole-v1/return')
   assert [step for step, _ in expected] == list(range(0, 241, eval_interval))

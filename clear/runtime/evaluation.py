@@ -257,6 +257,7 @@ class PeriodicEvaluation:
     # (frames, weights) asked for and not yet recorded, oldest first.
     self._unrecorded = []
     self.seconds = 0.0  # Spent playing evaluations, this session.
+    self.wait_seconds = 0.0  # Training waited for them, this session.
     if run.schedule is not None:
       schedule_lib.write_tasks_json(run.config.logdir, run.schedule)
     for frames, weights in read_pending_evaluations(
@@ -278,17 +279,27 @@ class PeriodicEvaluation:
     self._record(self._evaluations.results())
     if self._asked != run.frames and (force or run.eval_due(self._asked)):
       if self._evaluations.num_pending >= self.MAX_PENDING:
-        self._record(self._evaluations.results(
-            wait=1, stop_requested=self._stop_requested))
+        self._wait(1)
         if self._evaluations.num_pending >= self.MAX_PENDING:
           return False
       self._request(run.frames, run.policy.evaluation_weights())
     if force:
-      self._record(self._evaluations.results(
-          wait=self._evaluations.num_pending,
-          stop_requested=self._stop_requested))
+      self._wait(self._evaluations.num_pending)
       return not self._evaluations.num_pending
     return True
+
+  def _wait(self, count: int):
+    """Records the finished evaluations, waiting until `count` have
+    finished (or the run is asked to stop); the time a wait takes goes to
+    `runtime/eval_wait_s`."""
+    start = time.monotonic()
+    finished = self._evaluations.results(
+        wait=count, stop_requested=self._stop_requested)
+    if count:
+      self.wait_seconds += time.monotonic() - start
+      tf.summary.scalar('runtime/eval_wait_s', self.wait_seconds,
+                        step=self._run.frames)
+    self._record(finished)
 
   def _request(self, frames, weights):
     self._evaluations.request(frames, weights)
