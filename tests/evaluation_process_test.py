@@ -106,6 +106,47 @@ def test_a_dead_evaluation_process_is_restarted_and_asked_again():
   assert returns_of(finished) == expected
 
 
+def test_a_hung_evaluation_process_is_restarted_and_asked_again(
+    monkeypatch, caplog):
+  config = evaluator_config()
+  weights = weights_list(config, 2)
+  expected = []
+  for frames, w in zip((0, 100), weights):  # Each by a fresh evaluator.
+    learner = evaluation_process.LearnerEvaluations(config)
+    learner.request(frames, w)
+    expected += returns_of(learner.results())
+    learner.close()
+  monkeypatch.setattr(evaluation_process, 'STARTUP_TIMEOUT_S', 3.0)
+  monkeypatch.setattr(evaluation_process, 'HANG_TIMEOUT_S', 3.0)
+  process = evaluation_process.EvaluationProcess(config)
+  try:
+    # Held as it starts: past 3 s of the learner's wait, a new process.
+    first = psutil.Process(process.pid)
+    first.suspend()
+    process.request(0, weights[0])
+    with caplog.at_level(logging.WARNING):
+      assert process.results(
+          wait=1, stop_requested=lambda: process.num_restarts > 0) == []
+    assert 'The evaluation process hung (not started up after' in caplog.text
+    assert not first.is_running()
+    monkeypatch.setattr(evaluation_process, 'STARTUP_TIMEOUT_S', 600.0)
+    finished = process.results(wait=1)
+    # Held between evaluations, it takes no step of the next: past 3 s of
+    # the learner's wait, a new process (given its start-up) plays it.
+    second = psutil.Process(process.pid)
+    second.suspend()
+    process.request(100, weights[1])
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+      finished += process.results(wait=1)
+    assert 'The evaluation process hung (no step for' in caplog.text
+    assert "s of the learner's wait; killed" in caplog.text
+    assert process.num_restarts == 2 and not second.is_running()
+  finally:
+    process.close()
+  assert returns_of(finished) == expected
+
+
 def test_a_request_returns_while_an_evaluation_plays():
   # The Atari agent's weights (several MB) are more than a pipe holds, so
   # a request is read off it only while the process listens: it must

@@ -139,8 +139,11 @@ class Evaluator:
     """The distinct tasks, in sequence order."""
     return list(self._envs)
 
-  def evaluate_tasks(self, weights=None) -> Dict[str, TaskEvaluation]:
-    """Evaluates every task (after loading `weights` when given)."""
+  def evaluate_tasks(self, weights=None,
+                     on_step: Optional[Callable[[], None]] = None
+                     ) -> Dict[str, TaskEvaluation]:
+    """Evaluates every task (after loading `weights` when given), calling
+    `on_step()` after each step of the batch."""
     if weights is not None:
       self._policy.set_weights(weights)
     names = self.task_names
@@ -175,6 +178,8 @@ class Evaluator:
               value[row] = transition.observation[key]
       steps += 1
       num_steps[playing] = steps
+      if on_step is not None:
+        on_step()
       done = [block for block, k in enumerate(playing) if finished[k].all()]
       if done:  # Whole tasks leave the batch.
         keep = np.concatenate([np.arange(block * n, (block + 1) * n)

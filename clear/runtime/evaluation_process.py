@@ -53,6 +53,12 @@ MAX_RESTARTS = 3
 NICENESS = 19
 # Seconds between the log lines of a wait for an evaluation.
 WAIT_LOG_S = 60.0
+# Seconds the evaluation process may take no step while the learner waits
+# on it (to start up: to build its evaluator); past them it counts as hung
+# and is restarted. An Atari step of 180 envs takes well under a second,
+# and starting up under a minute.
+HANG_TIMEOUT_S = 300.0
+STARTUP_TIMEOUT_S = 600.0
 
 
 class EvaluatorConfig(NamedTuple):
@@ -170,9 +176,10 @@ def _receive(connection, requests):
     requests.put(None)
 
 
-def _evaluation_process(config: EvaluatorConfig, connection):
+def _evaluation_process(config: EvaluatorConfig, connection, beat=None):
   """Body of the evaluation process: plays each evaluation asked for, in
-  order, until told to stop or its pipe closes."""
+  order, until told to stop or its pipe closes, setting the shared `beat`
+  to the time of each step."""
   signal.signal(signal.SIGINT, signal.SIG_IGN)  # The learner decides.
   lower_cpu_priority()
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -190,6 +197,11 @@ def _evaluation_process(config: EvaluatorConfig, connection):
     except (EOFError, OSError):
       pass
     return
+  def on_step():
+    if beat is not None:
+      beat.value = time.monotonic()
+
+  on_step()
   # A thread takes each request off the pipe as it comes, so the learner's
   # send of a request (weights of several MB, more than a pipe holds)
   # returns while an evaluation plays rather than when it ends.
@@ -203,7 +215,7 @@ def _evaluation_process(config: EvaluatorConfig, connection):
         break
       frames, weights = message
       start = time.monotonic()
-      tasks = evaluator.evaluate_tasks(weights)
+      tasks = evaluator.evaluate_tasks(weights, on_step=on_step)
       connection.send(('finished', Finished(frames, tasks,
                                             time.monotonic() - start)))
   except (KeyboardInterrupt, BrokenPipeError, EOFError, OSError):
@@ -254,26 +266,33 @@ class _Sender:
 
 class EvaluationProcess:
   """Evaluations played by a process of their own (see the module
-  docstring). A process that dies is started again, and the evaluations it
+  docstring). A process that dies, or takes no step for `HANG_TIMEOUT_S`
+  while the learner waits on it (`STARTUP_TIMEOUT_S` to start up), is
+  started again, and the evaluations it
   had not finished are asked for again, up to `MAX_RESTARTS` times.
 
   Raises (from any call):
     RuntimeError: the evaluator cannot be built (a message naming why), or
-      the process died more than `MAX_RESTARTS` times.
+      the process died or hung more than `MAX_RESTARTS` times.
   """
 
   def __init__(self, config: EvaluatorConfig):
     self._config = config
     self._ctx = mp.get_context('spawn')
     self._pending = collections.deque()  # (frames, weights) asked, unplayed.
+    # The monotonic time of its process's last step (set by the process),
+    # and of its start.
+    self._beat = self._ctx.RawValue('d', 0.0)
+    self._started_at = 0.0
     self.num_restarts = 0
     self._process = self._connection = self._sender = None
     self._start()
 
   def _start(self):
     parent, child = self._ctx.Pipe()
+    self._started_at = time.monotonic()
     self._process = self._ctx.Process(
-        target=_evaluation_process, args=(self._config, child),
+        target=_evaluation_process, args=(self._config, child, self._beat),
         name='clear-evaluator', daemon=True)
     with local_actors.children_ignore_sigint(), devices.children_see_no_gpu():
       self._process.start()
@@ -306,7 +325,7 @@ class EvaluationProcess:
       return
     self._connection.close()
 
-  def _restart(self, reason: str):
+  def _restart(self, reason: str, what: str = 'died'):
     self._process.join(1)
     if self._process.is_alive():
       self._process.kill()
@@ -315,20 +334,40 @@ class EvaluationProcess:
     self.num_restarts += 1
     if self.num_restarts > MAX_RESTARTS:
       raise RuntimeError(
-          f'The evaluation process died {self.num_restarts} times (last: '
-          f'{reason}, exit code {self._process.exitcode}); see the log '
-          'above.')
-    logging.warning('The evaluation process died (%s, exit code %s); '
-                    'restarted, %d evaluations asked again.', reason,
+          f'The evaluation process died or hung {self.num_restarts} times '
+          f'(last: {what}, {reason}, exit code {self._process.exitcode}); '
+          'see the log above.')
+    logging.warning('The evaluation process %s (%s, exit code %s); '
+                    'restarted, %d evaluations asked again.', what, reason,
                     self._process.exitcode, len(self._pending))
     self._start()
+
+  def _hung(self, since: float) -> bool:
+    """Restarts the process if it has taken no step (or not started up)
+    for longer than its timeout since `since`; returns whether it did."""
+    beat = self._beat.value
+    if beat < self._started_at:  # Still starting up.
+      silent = time.monotonic() - max(self._started_at, since)
+      if silent > STARTUP_TIMEOUT_S:
+        self._restart(f'not started up after {silent:.0f} s of the '
+                      "learner's wait; killed", what='hung')
+        return True
+      return False
+    silent = time.monotonic() - max(beat, since)
+    if silent > HANG_TIMEOUT_S:
+      self._restart(f"no step for {silent:.0f} s of the learner's wait; "
+                    'killed', what='hung')
+      return True
+    return False
 
   def results(self, wait: int = 0,
               stop_requested: Callable[[], bool] = lambda: False
               ) -> List[Finished]:
     """The finished evaluations, in the order asked; waits until at least
     `wait` have finished, none is pending or `stop_requested()`, saying
-    every `WAIT_LOG_S` seconds what it waits for."""
+    every `WAIT_LOG_S` seconds what it waits for. A process that takes no
+    step for `HANG_TIMEOUT_S` of the wait (or does not start up in
+    `STARTUP_TIMEOUT_S`) is killed and started again."""
     finished = []
     started = last_said = time.monotonic()
     while self._pending:
@@ -339,6 +378,8 @@ class EvaluationProcess:
             self._restart('it exited')
           if not must_wait or stop_requested():
             break
+          if self._hung(since=started):
+            continue
           if time.monotonic() - last_said >= WAIT_LOG_S:
             last_said = time.monotonic()
             logging.info('Waiting %.0f s so far for the evaluation at %s '
