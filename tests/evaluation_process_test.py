@@ -31,6 +31,17 @@ def evaluator_config(**kwargs):
       'max_steps': 60, **kwargs})
 
 
+def pong_config():
+  """One Pong episode with the Atari agent, whose weights (several MB) are
+  more than a pipe holds."""
+  env = envs.make('atari:Pong')
+  spec = env.spec
+  env.close()
+  return evaluator_config(
+      env_name='atari:Pong', spec=spec, num_episodes=1, max_steps=27000,
+      agent_config=policy_lib.AgentConfig('impala_shallow', 256))
+
+
 def weights_list(config, count):
   """`count` different sets of acting weights for `config`'s policy."""
   policy = registry.make_policy('impala', config.spec, config.agent_config,
@@ -151,12 +162,7 @@ def test_a_request_returns_while_an_evaluation_plays():
   # The Atari agent's weights (several MB) are more than a pipe holds, so
   # a request is read off it only while the process listens: it must
   # listen while it plays, or the learner waits out a whole evaluation.
-  env = envs.make('atari:Pong')
-  spec = env.spec
-  env.close()
-  config = evaluator_config(
-      env_name='atari:Pong', spec=spec, num_episodes=1, max_steps=27000,
-      agent_config=policy_lib.AgentConfig('impala_shallow', 256))
+  config = pong_config()
   weights = weights_list(config, 3)
   assert sum(np.asarray(w).nbytes for w in weights[0]) > 4_000_000
   process = evaluation_process.EvaluationProcess(config)
@@ -177,12 +183,7 @@ def test_a_held_evaluation_process_keeps_no_one_waiting(monkeypatch, caplog):
   # Held from its start (SIGSTOP), the process reads nothing: a request of
   # more than a pipe holds must still return, a wait must end when the run
   # is asked to stop, and closing must not wait for it.
-  env = envs.make('atari:Pong')
-  spec = env.spec
-  env.close()
-  config = evaluator_config(
-      env_name='atari:Pong', spec=spec, num_episodes=1, max_steps=27000,
-      agent_config=policy_lib.AgentConfig('impala_shallow', 256))
+  config = pong_config()
   weights = weights_list(config, 2)
   assert sum(np.asarray(w).nbytes for w in weights[0]) > 4_000_000
   monkeypatch.setattr(evaluation_process, 'WAIT_LOG_S', 0.5)
