@@ -117,6 +117,7 @@ def test_config_from_flags_passes_the_declared_flags_on():
     (['--learning_rate_warmup_frames=10', '--total_environment_frames=10'],
      '--learning_rate_warmup_frames must be below total_environment_frames '
      '(10), got 10'),
+    (['--eval_workers=-2'], '--eval_workers must be >= 0, got -2.'),
 ])
 def test_learner_config_problems_name_the_flag(args, message):
   with flagsaver.flagsaver():

@@ -78,14 +78,21 @@ def test_a_process_evaluates_as_the_learner_would_in_the_order_asked():
 
 
 @pytest.mark.skipif(not hasattr(os, 'SCHED_IDLE'), reason='Linux only')
-def test_the_evaluation_process_runs_only_on_idle_cpu():
-  process = evaluation_process.EvaluationProcess(evaluator_config())
+@pytest.mark.parametrize('num_workers', [0, 2])
+def test_the_evaluation_process_runs_only_on_idle_cpu(num_workers):
+  config = evaluator_config(num_workers=num_workers)
+  process = evaluation_process.EvaluationProcess(config)
   try:
-    process.request(0, weights_list(evaluator_config(), 1)[0])
+    process.request(0, weights_list(config, 1)[0])
     process.results(wait=1)  # Built and played: its threads exist.
-    threads = psutil.Process(process.pid).threads()
+    evaluator = psutil.Process(process.pid)
+    threads = evaluator.threads()
     assert len(threads) > 1
-    # Every thread, TensorFlow's included, is in the idle class.
+    # Every thread, TensorFlow's included, is in the idle class, and so
+    # are the processes that step its envs.
+    workers = evaluator.children()
+    assert len(workers) == num_workers
+    threads += [t for worker in workers for t in worker.threads()]
     assert {os.sched_getscheduler(t.id) for t in threads} == {os.SCHED_IDLE}
   finally:
     process.close()
@@ -115,6 +122,33 @@ def test_a_dead_evaluation_process_is_restarted_and_asked_again():
   finally:
     process.close()
   assert returns_of(finished) == expected
+
+
+def test_a_dead_env_worker_restarts_the_evaluation_process():
+  config = evaluator_config(num_workers=2)
+  weights = weights_list(config, 2)
+  learner = evaluation_process.LearnerEvaluations(config._replace(
+      num_workers=0))
+  learner.request(100, weights[1])
+  expected = returns_of(learner.results())
+  learner.close()
+  process = evaluation_process.EvaluationProcess(config)
+  try:
+    process.request(0, weights[0])
+    assert [f.frames for f in process.results(wait=1)] == [0]
+    first = process.pid
+    worker = psutil.Process(first).children()[1]
+    worker.kill()  # Its socket closes at once; its owner reaps it later.
+    # The next evaluation finds the worker dead: its process exits, and a
+    # new one, with new workers, plays it as a fresh evaluator would.
+    process.request(100, weights[1])
+    finished = process.results(wait=1)
+    assert process.num_restarts == 1 and process.pid != first
+    assert len(psutil.Process(process.pid).children()) == 2
+  finally:
+    process.close()
+  assert returns_of(finished) == expected
+  assert not psutil.pid_exists(worker.pid)
 
 
 def test_a_hung_evaluation_process_is_restarted_and_asked_again(

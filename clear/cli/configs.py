@@ -166,7 +166,8 @@ def config_from_flags(f) -> run_config_lib.RunConfig:
       num_task_cycles=f.num_task_cycles, segment_lengths=f.segment_lengths,
       eval_interval_frames=f.eval_interval_frames,
       eval_episodes=f.eval_episodes, eval_max_steps=f.eval_max_steps,
-      evaluator=f.evaluator, continual=continual_config(f),
+      evaluator=f.evaluator, eval_workers=f.eval_workers,
+      continual=continual_config(f),
       flags=recorded_flags(f))
 
 

@@ -274,6 +274,13 @@ flags.DEFINE_enum('evaluator', 'auto', ['auto', 'learner', 'process'],
                   'own beside it, which trains on; auto: the learner with '
                   '--backend=inline (one process, reproducible), else a '
                   'process.')
+flags.DEFINE_integer('eval_workers', 0,
+                     'Processes that step the envs of an evaluation (and of '
+                     '--mode=test), each a block of every task\'s episodes, '
+                     'in parallel while the evaluator waits: the same '
+                     'episodes and returns, sooner when a core is free. 0: '
+                     'the evaluator steps them itself, which suits envs '
+                     'cheaper than the pipes (MinAtar, gym).')
 flags.DEFINE_integer('test_num_episodes', 10, 'Episodes played by --mode=test.')
 flags.DEFINE_string('record', '',
                     'With --mode=test: after the test episodes, play one '

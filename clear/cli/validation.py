@@ -250,6 +250,8 @@ def validate(f) -> None:
       f.eval_max_steps < 1):
     problems.append('--eval_interval_frames must be >= 0, --eval_episodes '
                     'and --eval_max_steps >= 1.')
+  if f.eval_workers < 0:
+    problems.append(f'--eval_workers must be >= 0, got {f.eval_workers}.')
   if f['init_scope'].present and not f.init_from:
     problems.append('--init_scope needs --init_from.')
   if f.test_num_episodes < 1:

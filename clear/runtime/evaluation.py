@@ -31,6 +31,7 @@ from clear.algorithms import registry
 from clear.continual import history as history_lib
 from clear.continual import metrics as continual_metrics
 from clear.continual import schedule as schedule_lib
+from clear.runtime import evaluation_envs
 from clear.runtime import record as record_lib
 from clear.runtime import run_config as run_config_lib
 import envs
@@ -99,45 +100,41 @@ class Evaluator:
       `unroll_length`. The default is Atari's episode cap (108,000 frames
       at 4 frames a step).
     unroll_length: the step cap's granularity (see `max_steps`).
+    num_workers: 0 steps the envs in this process; N > 0 in N worker
+      processes (`clear.runtime.evaluation_envs`), which play the same
+      episodes, N envs at once.
   """
 
   def __init__(self, env_name: str, env_options: dict, policy,
                num_episodes: int = 10, seed: int = 0,
-               max_steps: int = 27_000, unroll_length: int = 100):
+               max_steps: int = 27_000, unroll_length: int = 100,
+               num_workers: int = 0):
     positive_int = schedule_lib.positive_int
     self._num_episodes = positive_int('Evaluator: num_episodes',
                                       num_episodes)
     max_steps = positive_int('Evaluator: max_steps', max_steps)
     unroll_length = min(max_steps, positive_int('Evaluator: unroll_length',
                                                 unroll_length))
+    if (isinstance(num_workers, bool) or not isinstance(num_workers, int) or
+        num_workers < 0):
+      raise ValueError(f'Evaluator: num_workers must be an int >= 0, got '
+                       f'{num_workers!r}.')
     self._max_steps = -(-max_steps // unroll_length) * unroll_length
     self._policy = policy
-    names = multitask.split_sequence(env_name)
-    self._envs = {}
-    try:
-      for name in schedule_lib.unique_names(names):
-        options = dict(env_options)
-        if len(names) > 1:
-          options['task'] = names.index(name)
-        env = envs.make(env_name, num_envs=self._num_episodes, seed=seed,
-                        **options)
-        self._envs[name] = env
-        if (env.spec.observation_spec != policy.spec.observation_spec or
-            env.spec.action_spec != policy.spec.action_spec):
-          raise ValueError(f'Evaluator: the policy was built for '
-                           f'{policy.spec.name!r}, whose spec differs from '
-                           f'{env_name!r} task {name!r}.')
-        # Started once here; every evaluation then starts fresh episodes
-        # (each env's second and later ones).
-        env.reset()
-    except BaseException:
-      self.close()
-      raise
+    self._envs = evaluation_envs.make(env_name, env_options,
+                                      self._num_episodes, seed, num_workers)
+    for name, spec in zip(self._envs.tasks, self._envs.specs):
+      if (spec.observation_spec != policy.spec.observation_spec or
+          spec.action_spec != policy.spec.action_spec):
+        self.close()
+        raise ValueError(f'Evaluator: the policy was built for '
+                         f'{policy.spec.name!r}, whose spec differs from '
+                         f'{env_name!r} task {name!r}.')
 
   @property
   def task_names(self) -> List[str]:
     """The distinct tasks, in sequence order."""
-    return list(self._envs)
+    return self._envs.tasks
 
   def evaluate_tasks(self, weights=None,
                      on_step: Optional[Callable[[], None]] = None
@@ -148,9 +145,8 @@ class Evaluator:
       self._policy.set_weights(weights)
     names = self.task_names
     n = self._num_episodes
-    batched = [self._envs[name] for name in names]
     # [K * n] rows: task k's envs at k * n ... (k + 1) * n - 1.
-    env_output = _concatenate([env.reset() for env in batched])
+    env_output = _concatenate(self._envs.reset())
     prev_action = policy_lib.zero_agent_output(self._policy.spec,
                                                len(names) * n).action
     state = self._policy.initial_state(len(names) * n)
@@ -164,18 +160,19 @@ class Evaluator:
       prev_action = agent_output.action
       env_output = env_output._replace(
           reward=np.zeros_like(env_output.reward))
-      for block, k in enumerate(playing):
-        for i in np.flatnonzero(~finished[k]):
-          row = block * n + i
-          transition = batched[k].envs[i].step(
-              {key: value[row] for key, value in prev_action.items()})
-          env_output.reward[row] = transition.reward
-          returns[k, i] += np.float32(transition.reward)
-          if transition.terminated or transition.truncated:
-            finished[k, i] = True
-          else:
-            for key, value in env_output.observation.items():
-              value[row] = transition.observation[key]
+      rows = [(block * n + i, k, i) for block, k in enumerate(playing)
+              for i in np.flatnonzero(~finished[k])]
+      transitions = self._envs.step(
+          [(k, i, {key: value[row] for key, value in prev_action.items()})
+           for row, k, i in rows])
+      for (row, k, i), transition in zip(rows, transitions):
+        env_output.reward[row] = transition.reward
+        returns[k, i] += np.float32(transition.reward)
+        if transition.terminated or transition.truncated:
+          finished[k, i] = True
+        else:
+          for key, value in env_output.observation.items():
+            value[row] = transition.observation[key]
       steps += 1
       num_steps[playing] = steps
       if on_step is not None:
@@ -203,9 +200,7 @@ class Evaluator:
     return results
 
   def close(self):
-    for env in self._envs.values():
-      env.close()
-    self._envs = {}
+    self._envs.close()
 
 
 def _concatenate(outputs):
@@ -440,7 +435,7 @@ def evaluate(config: run_config_lib.RunConfig, num_episodes: int) -> dict:
   evaluator = Evaluator(
       config.env_name, config.env_options, policy,
       num_episodes=num_episodes, seed=config.seed + 1,
-      max_steps=config.eval_max_steps)
+      max_steps=config.eval_max_steps, num_workers=config.eval_workers)
   try:
     results = evaluator.evaluate_tasks()
   finally:

@@ -69,7 +69,8 @@ class EvaluatorConfig(NamedTuple):
     spec: the env's (or sequence's union) `EnvSpec`.
     agent_config: `policy.AgentConfig` of the acting policy.
     policy_seed: seeds the policy's sampling.
-    env_name, env_options, num_episodes, seed, max_steps: the `Evaluator`'s.
+    env_name, env_options, num_episodes, seed, max_steps, num_workers: the
+      `Evaluator`'s.
   """
   algorithm: str
   spec: types.EnvSpec
@@ -80,6 +81,7 @@ class EvaluatorConfig(NamedTuple):
   num_episodes: int
   seed: int
   max_steps: int
+  num_workers: int = 0
 
 
 class Finished(NamedTuple):
@@ -98,7 +100,7 @@ def make_evaluator(config: EvaluatorConfig) -> evaluation.Evaluator:
   return evaluation.Evaluator(
       config.env_name, config.env_options, policy,
       num_episodes=config.num_episodes, seed=config.seed,
-      max_steps=config.max_steps)
+      max_steps=config.max_steps, num_workers=config.num_workers)
 
 
 def lower_cpu_priority():

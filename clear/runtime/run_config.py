@@ -69,6 +69,8 @@ class RunConfig(NamedTuple):
       frames (0: only sequences evaluate, at each task's end).
     eval_episodes: episodes per task and evaluation.
     eval_max_steps: agent steps after which an evaluation episode is cut.
+    eval_workers: processes that step an evaluation's envs (0: the
+      evaluator's own; `clear.runtime.evaluation_envs`).
     evaluator: where evaluations are played: 'learner', 'process' (one of
       their own, beside the learner) or 'auto' (the learner with inline
       actors, else a process; `clear.runtime.evaluation_process`).
@@ -111,6 +113,7 @@ class RunConfig(NamedTuple):
   eval_episodes: int = 10
   eval_max_steps: int = 27_000
   evaluator: str = 'auto'
+  eval_workers: int = 0
   continual: continual_methods.ContinualConfig = (
       continual_methods.ContinualConfig())
   flags: Optional[Dict[str, object]] = None

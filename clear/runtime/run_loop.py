@@ -606,7 +606,7 @@ def evaluator_config(run: _Run) -> evaluation_process.EvaluatorConfig:
       agent_config=config.agent_config, policy_seed=config.seed + 1,
       env_name=config.env_name, env_options=config.env_options,
       num_episodes=config.eval_episodes, seed=config.seed + 104_729,
-      max_steps=config.eval_max_steps)
+      max_steps=config.eval_max_steps, num_workers=config.eval_workers)
 
 
 def actor_seed_base(config: run_config_lib.RunConfig, version: int) -> int:
