@@ -55,6 +55,15 @@ def returns_of(finished):
                       for name, task in f.tasks.items()}) for f in finished]
 
 
+def fresh_returns(config, frames, weights):
+  """What a fresh evaluator in the learner gives for `weights` alone."""
+  learner = evaluation_process.LearnerEvaluations(config)
+  learner.request(frames, weights)
+  returns = returns_of(learner.results())
+  learner.close()
+  return returns
+
+
 def test_a_process_evaluates_as_the_learner_would_in_the_order_asked():
   config = evaluator_config()
   weights = weights_list(config, 3)
@@ -102,11 +111,7 @@ def test_the_evaluation_process_runs_only_on_idle_cpu(num_workers):
 def test_a_dead_evaluation_process_is_restarted_and_asked_again():
   config = evaluator_config()
   weights = weights_list(config, 2)
-  # What a fresh evaluator gives for the second weights alone.
-  learner = evaluation_process.LearnerEvaluations(config)
-  learner.request(100, weights[1])
-  expected = returns_of(learner.results())
-  learner.close()
+  expected = fresh_returns(config, 100, weights[1])
   process = evaluation_process.EvaluationProcess(config)
   try:
     process.request(0, weights[0])
@@ -127,11 +132,7 @@ def test_a_dead_evaluation_process_is_restarted_and_asked_again():
 def test_a_dead_env_worker_restarts_the_evaluation_process():
   config = evaluator_config(num_workers=2)
   weights = weights_list(config, 2)
-  learner = evaluation_process.LearnerEvaluations(config._replace(
-      num_workers=0))
-  learner.request(100, weights[1])
-  expected = returns_of(learner.results())
-  learner.close()
+  expected = fresh_returns(config._replace(num_workers=0), 100, weights[1])
   process = evaluation_process.EvaluationProcess(config)
   try:
     process.request(0, weights[0])
