@@ -103,12 +103,18 @@ def test_a_resumed_run_is_kept_with_one_point_a_step(tmp_path):
 
 def test_the_default_tags_are_what_a_results_page_reports(tmp_path):
   _run(tmp_path / 'run')
+  writer = tf.summary.create_file_writer(str(tmp_path / 'run' / 'more'))
+  with writer.as_default():
+    tf.summary.scalar('runtime/eval_wait_s', 12.5, step=100)
+    tf.summary.scalar('runtime/actor_restarts', 0, step=100)
+  writer.close()
   keep.keep(str(tmp_path / 'run'), str(tmp_path / 'kept'))
-  # Evaluations with their intervals, the clock and the replay's bytes; not
-  # the losses or the replay's fill.
+  # Evaluations with their intervals, the clock, the wait for evaluations
+  # and the replay's bytes; not the losses, the other runtime counters or
+  # the replay's fill.
   assert sorted(events.read_scalars(str(tmp_path / 'kept'))) == [
       'eval/gym:CartPole-v1/return', 'eval/gym:CartPole-v1/return_ci95',
-      'replay/bytes', 'runtime/run_time_s']
+      'replay/bytes', 'runtime/eval_wait_s', 'runtime/run_time_s']
 
 
 def test_an_earlier_copy_is_replaced(tmp_path):

@@ -36,9 +36,10 @@ from clear.analysis import events
 JSON_FILES = ('run.json', 'tasks.json', 'continual_metrics.json',
               'test_results.json')
 # Evaluations (means and their intervals), the clock and frames (for env
-# frames/s), the process tree's memory and the replay's bytes.
+# frames/s), the seconds evaluations took and training waited for them,
+# the process tree's memory and the replay's bytes.
 DEFAULT_PREFIXES = ('eval/', 'runtime/run_time_s', 'runtime/num_env_frames',
-                    'runtime/memory_', 'replay/bytes')
+                    'runtime/eval_', 'runtime/memory_', 'replay/bytes')
 EVENT_FILE_PREFIX = 'events.out.tfevents.'
 # Sibling folders of `out` that `keep` writes into and moves aside.
 TMP_SUFFIX = '.tmp'
