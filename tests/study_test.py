@@ -416,3 +416,24 @@ def test_a_run_without_every_score_is_left_out_of_the_aggregates():
                   'task has a score yet.']
   assert report_lib.has_every_score(metrics(0.0))
   assert not report_lib.has_every_score(metrics(None))
+
+
+def test_a_figure_leaves_out_a_methods_partial_runs_beside_finished_ones():
+  # A method's mean curve spans only the frames all its runs reached, so a
+  # run under way would cut its finished seeds' curves short.
+  class Run:  # A test fake: the two fields the report reads of a run.
+    def __init__(self, label, method):
+      self.label, self.method = label, method
+
+  chosen = [(Run('x_s0', 'x'), 'x0'), (Run('x_s1', 'x'), 'x1'),
+            (Run('y_s0', 'y'), 'y0')]
+  said = []
+  drawn = report_lib.figure_runs(chosen, ['x_s1', 'y_s0'], 'f.png',
+                                 said.append)
+  # y has no finished run: its partial one is drawn.
+  assert [plotted for _, plotted in drawn] == ['x0', 'y0']
+  assert said == ['f.png: left out the partial runs x_s1 (their methods '
+                  'have finished runs).']
+  said.clear()
+  assert report_lib.figure_runs(chosen, [], 'f.png', said.append) == chosen
+  assert said == []

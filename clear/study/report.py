@@ -25,7 +25,8 @@ table's file name). They need the baselines: without them, returns of
 different games are on different scales.
 
 A run that is still training or was stopped counts as it is now, and is
-marked partial: in `metrics` (`"partial": true`) and under each table.
+marked partial: in `metrics` (`"partial": true`) and under each table. A
+figure draws a method's partial runs only when it has no finished one.
 """
 
 import os
@@ -154,6 +155,22 @@ def aggregated_labels(loaded, metrics: Dict[str, dict], say=print
       continue
     by_method.setdefault(run.method, []).append(run.label)
   return by_method
+
+
+def figure_runs(chosen, partial: Sequence[str], figure: str, say=print):
+  """The `chosen` runs ((spec Run, plot Run) pairs) a figure draws: a
+  method's partial runs only when it has no finished one, since a method's
+  mean curve spans only the frames all its runs reached (a run under way
+  would cut its finished seeds' curves short). Names those left out."""
+  finished = {run.method for run, _ in chosen if run.label not in partial}
+  drawn = [(run, plotted) for run, plotted in chosen
+           if run.label not in partial or run.method not in finished]
+  left = [run.label for run, _ in chosen
+          if run.label in partial and run.method in finished]
+  if left:
+    say(f'{figure}: left out the partial runs {", ".join(left)} (their '
+        'methods have finished runs).')
+  return drawn
 
 
 def _estimate_json(estimate) -> dict:
@@ -297,8 +314,6 @@ def write_report(study: spec_lib.Study, runs: Sequence[spec_lib.Run],
       say(f'{table.table or table.figure}: none of its runs can be read '
           'yet; not written.')
       continue
-    named = [p._replace(label=f'{names[run.method]}_s{run.seed}')
-             for run, p in chosen]
     if table.table:
       named_metrics = {f'{names[run.method]}_s{run.seed}': metrics[run.label]
                        for run, _ in chosen if run.label in metrics}
@@ -318,7 +333,9 @@ def write_report(study: spec_lib.Study, runs: Sequence[spec_lib.Run],
       say(text)
       say(f'Wrote {table.table}')
     if table.figure:
-      written = plot.plot_runs(named, table.figure, baselines=baselines,
+      drawn = [p._replace(label=f'{names[run.method]}_s{run.seed}')
+               for run, p in figure_runs(chosen, partial, table.figure, say)]
+      written = plot.plot_runs(drawn, table.figure, baselines=baselines,
                                training_panel=table.training_panel,
                                group_seeds=True)
       say(f'Wrote {written}')
