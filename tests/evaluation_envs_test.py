@@ -62,14 +62,42 @@ def test_atari_workers_play_the_episodes_the_evaluator_plays_itself():
   assert expected[0] != expected[1]  # The no-op starts go on.
 
 
+def _live_children_not_in(before):
+  return [p for p in psutil.Process().children(recursive=True)
+          if p not in before and p.is_running() and
+          p.status() != psutil.STATUS_ZOMBIE]
+
+
 def test_a_worker_that_cannot_build_its_envs_raises_its_error():
   before = set(psutil.Process().children(recursive=True))
   with pytest.raises(ValueError, match='Unknown options'):
     evaluation_envs.WorkerEnvs(GYM, {'bogus': 1}, 2, 0, 2)
-  left = [p for p in psutil.Process().children(recursive=True)
-          if p not in before and p.is_running() and
-          p.status() != psutil.STATUS_ZOMBIE]
-  assert left == []
+  assert _live_children_not_in(before) == []
+
+
+def test_a_worker_that_cannot_start_leaves_no_process_or_socket(
+    monkeypatch):
+  real_popen = evaluation_envs.subprocess.Popen
+  calls = []
+
+  def fake_popen_failing_on_second_call(*args, **kwargs):
+    calls.append(args)
+    if len(calls) == 2:
+      raise OSError('fake: no more processes')
+    return real_popen(*args, **kwargs)
+
+  before_fds = set(os.listdir('/proc/self/fd'))
+  before = set(psutil.Process().children(recursive=True))
+  monkeypatch.setattr(evaluation_envs.subprocess, 'Popen',
+                      fake_popen_failing_on_second_call)
+  with pytest.raises(OSError, match='no more processes') as raised:
+    evaluation_envs.WorkerEnvs(GYM, {}, 4, 0, 2)
+  assert len(calls) == 2
+  # Closed at once, not when the error's traceback (still held here, as a
+  # caller that reports the error holds it) lets its frame go.
+  assert set(os.listdir('/proc/self/fd')) == before_fds
+  del raised
+  assert _live_children_not_in(before) == []
 
 
 def test_a_dead_worker_is_one_clear_error():

@@ -85,12 +85,13 @@ class LocalEnvs:
 
   def __init__(self, env_name: str, env_options: dict, num_episodes: int,
                seed: int):
-    self._envs = _build(env_name, env_options, num_episodes, seed)
-    self._batched = list(self._envs.values())
+    built = _build(env_name, env_options, num_episodes, seed)
+    self._tasks = list(built)
+    self._batched = list(built.values())  # Task k's envs at position k.
 
   @property
   def tasks(self) -> List[str]:
-    return list(self._envs)
+    return list(self._tasks)
 
   @property
   def specs(self) -> List[types.EnvSpec]:
@@ -107,7 +108,7 @@ class LocalEnvs:
   def close(self):
     for env in self._batched:
       env.close()
-    self._envs, self._batched = {}, []
+    self._batched = []
 
 
 def _stack(transitions: Sequence[single.Transition]):
@@ -200,6 +201,9 @@ class WorkerEnvs:
               [sys.executable, '-c', _BOOTSTRAP, str(theirs.fileno())],
               pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
               start_new_session=True))
+        except BaseException:
+          ours.close()
+          raise
         finally:
           theirs.close()
         self._connections.append(connection_lib.Connection(ours.detach()))
